@@ -1,0 +1,163 @@
+package limiter
+
+import (
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// Algorithm selects how a Window counts.
+type Algorithm uint8
+
+const (
+	// FixedWindow counts hits per epoch-aligned window. It is the zero
+	// value, the behaviour of envoyproxy/ratelimit.
+	FixedWindow Algorithm = iota
+	// SlidingWindow weights the previous window's count by the part of it
+	// still inside the sliding window, and adds the current count.
+	SlidingWindow
+	// TokenBucket is GCRA: a theoretical arrival time per key, emission
+	// interval Period/Limit, capacity Burst.
+	TokenBucket
+)
+
+var algorithmNames = [...]string{"fixed_window", "sliding_window", "token_bucket"}
+
+// String returns the policy-file name of a.
+func (a Algorithm) String() string {
+	if int(a) < len(algorithmNames) {
+		return algorithmNames[a]
+	}
+	return "algorithm(" + strconv.Itoa(int(a)) + ")"
+}
+
+// ParseAlgorithm maps a policy-file name to an Algorithm. The empty string
+// is FixedWindow.
+func ParseAlgorithm(s string) (Algorithm, error) {
+	if s == "" {
+		return FixedWindow, nil
+	}
+	for i, n := range algorithmNames {
+		if n == s {
+			return Algorithm(i), nil
+		}
+	}
+	return 0, fmt.Errorf("unknown algorithm %q (want fixed_window, sliding_window or token_bucket)", s)
+}
+
+// Window is one limit: Limit units per Period. Windows are aligned to the
+// Unix epoch. For TokenBucket, Limit/Period is the refill rate and Burst the
+// bucket size (zero means Limit).
+type Window struct {
+	Limit  uint64
+	Period time.Duration
+	Burst  uint64
+}
+
+// Capacity is the most units the window can hold at once: Burst for a token
+// bucket that sets one, else Limit.
+func (w Window) Capacity(a Algorithm) uint64 {
+	if a == TokenBucket && w.Burst > 0 {
+		return w.Burst
+	}
+	return w.Limit
+}
+
+// FailMode says what a replica does when the store cannot be reached.
+type FailMode uint8
+
+const (
+	// FailStatic enforces ceil(L/N) of every window per replica (default).
+	FailStatic FailMode = iota
+	// FailOpen admits everything and pays it back after recovery.
+	FailOpen
+)
+
+// Tuning holds the credit engine's knobs. Every zero value means the
+// documented default, so the zero Tuning is the right one for most rules.
+type Tuning struct {
+	// LocalAllowance is the share of the free budget a replica may hold as
+	// credit; zero means 1. At or above 1 with no store, the rule is
+	// enforced locally in full on each replica.
+	LocalAllowance float64
+	// SyncInterval is how often a busy key syncs; zero means 100 ms.
+	SyncInterval time.Duration
+	// StoreTimeout bounds how long a request waits on the store; zero
+	// means 10 ms.
+	StoreTimeout time.Duration
+	// CacheTTL bounds how long a denial is served locally; zero means one
+	// SyncInterval.
+	CacheTTL time.Duration
+	// OnStoreUnavailable selects fail-static (zero) or fail-open.
+	OnStoreUnavailable FailMode
+}
+
+// Rule is the set of limits that apply to a key. Every window must admit a
+// request for it to be admitted. A Rule is a value: callers build it once
+// (the policy compiler does) and share it read-only.
+type Rule struct {
+	// Name is reported with decisions (the policy's rate_limit name).
+	Name string
+	// Algorithm applies to every window.
+	Algorithm Algorithm
+	// Windows must hold at least one window.
+	Windows []Window
+	// AlwaysCharge records hits even when they are denied (the excess is
+	// debt that later requests pay back).
+	AlwaysCharge bool
+	// Tuning for the credit engine.
+	Tuning Tuning
+}
+
+// Validate reports the first problem that makes r unusable.
+func (r *Rule) Validate() error {
+	if int(r.Algorithm) >= len(algorithmNames) {
+		return fmt.Errorf("unknown algorithm %d", r.Algorithm)
+	}
+	if len(r.Windows) == 0 {
+		return errors.New("no window")
+	}
+	for i, w := range r.Windows {
+		switch {
+		case w.Limit == 0 && r.Algorithm == TokenBucket:
+			return fmt.Errorf("window %d: token bucket rate must be positive", i)
+		case w.Period <= 0:
+			return fmt.Errorf("window %d: period must be positive", i)
+		case w.Limit > maxLimit || w.Burst > maxLimit:
+			return fmt.Errorf("window %d: limit above %d", i, maxLimit)
+		case r.Algorithm == TokenBucket && w.Period/time.Duration(w.Limit) == 0:
+			return fmt.Errorf("window %d: rate above one unit per nanosecond", i)
+		}
+	}
+	if t := r.Tuning; t.LocalAllowance < 0 || t.SyncInterval < 0 || t.StoreTimeout < 0 || t.CacheTTL < 0 {
+		return errors.New("tuning: negative value")
+	}
+	return nil
+}
+
+// maxLimit keeps window maths inside int64 nanosecond products.
+const maxLimit = 1 << 40
+
+// Fingerprint identifies the limits of r (algorithm and windows), not its
+// name or tuning. Keys carry it, so a changed limit starts fresh while an
+// identical one keeps its state across reloads.
+func (r *Rule) Fingerprint() string {
+	var b strings.Builder
+	b.WriteString(r.Algorithm.String())
+	for _, w := range r.Windows {
+		b.WriteByte(';')
+		b.WriteString(strconv.FormatUint(w.Limit, 10))
+		b.WriteByte('/')
+		b.WriteString(strconv.FormatInt(int64(w.Period), 10))
+		if r.Algorithm == TokenBucket && w.Burst > 0 {
+			b.WriteByte('b')
+			b.WriteString(strconv.FormatUint(w.Burst, 10))
+		}
+	}
+	if r.AlwaysCharge {
+		b.WriteString(";ac")
+	}
+	return b.String()
+}
