@@ -3,6 +3,7 @@ package limiter
 import (
 	"errors"
 	"fmt"
+	"math/bits"
 	"strconv"
 	"strings"
 	"time"
@@ -129,6 +130,8 @@ func (r *Rule) Validate() error {
 			return fmt.Errorf("window %d: limit above %d", i, maxLimit)
 		case r.Algorithm == TokenBucket && w.Period/time.Duration(w.Limit) == 0:
 			return fmt.Errorf("window %d: rate above one unit per nanosecond", i)
+		case r.Algorithm == TokenBucket && !toleranceFits(w):
+			return fmt.Errorf("window %d: burst times refill interval above %v", i, time.Duration(maxTolerance))
 		}
 	}
 	if t := r.Tuning; t.LocalAllowance < 0 || t.SyncInterval < 0 || t.StoreTimeout < 0 || t.CacheTTL < 0 {
@@ -139,6 +142,15 @@ func (r *Rule) Validate() error {
 
 // maxLimit keeps window maths inside int64 nanosecond products.
 const maxLimit = 1 << 40
+
+// maxTolerance bounds a token bucket's capacity in time (about 146 years),
+// so arrival times stay far from int64 overflow.
+const maxTolerance = 1 << 62
+
+func toleranceFits(w Window) bool {
+	hi, lo := bits.Mul64(w.Capacity(TokenBucket), uint64(interval(w)))
+	return hi == 0 && lo <= maxTolerance
+}
 
 // Fingerprint identifies the limits of r (algorithm and windows), not its
 // name or tuning. Keys carry it, so a changed limit starts fresh while an

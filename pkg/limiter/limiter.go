@@ -1,0 +1,283 @@
+package limiter
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+)
+
+// Op says what a Request does to its key.
+type Op uint8
+
+const (
+	// Charge spends Hits units if every window admits them (the zero Op).
+	Charge Op = iota
+	// Check spends nothing and is denied iff not even one unit is left.
+	Check
+	// Refund gives Hits units back (never below an empty window or a full
+	// bucket) and is always allowed.
+	Refund
+)
+
+// Request is one key's part of a decision.
+type Request struct {
+	// Key identifies the counter. It must change when the Rule's limits
+	// change: build it with AppendPart and AppendEntry and end it with
+	// Rule.Fingerprint().
+	// The limiter copies it when it keeps it.
+	Key []byte
+	// Rule gives the windows; a nil Rule is unlimited and always allowed.
+	Rule *Rule
+	// Hits is the number of units; zero means one for Charge and Refund.
+	Hits uint64
+	// Op is Charge, Check or Refund.
+	Op Op
+	// Shadow requests are decided and charged like others, but their
+	// denial does not deny the batch.
+	Shadow bool
+}
+
+// Result is the outcome for one Request, described by its most restrictive
+// window (the one with the fewest units remaining).
+type Result struct {
+	// Allowed is false when a window could not admit the request.
+	Allowed bool
+	// Limit and Period describe the most restrictive window; Limit is zero
+	// for an unlimited request.
+	Limit  uint64
+	Period time.Duration
+	// Remaining is the number of whole units still available in that window.
+	Remaining uint64
+	// Reset: for an allowed request, the time until that window ends (fixed,
+	// sliding) or the bucket is full (token bucket); for a denied one, the
+	// time until the request would be admitted (RetryAfter).
+	Reset time.Duration
+	// RetryAfter is the exact time until every window admits the request's
+	// units again; zero when allowed. It never undershoots. For a request
+	// larger than a window can ever hold it is the time until that window
+	// resets, and the request is denied at once.
+	RetryAfter time.Duration
+}
+
+// ErrBatchSize reports mismatched request and result slices.
+var ErrBatchSize = errors.New("limiter: results slice shorter than requests")
+
+// Limiter decides requests for keys. Build it with New; it is safe for
+// concurrent use. Run its maintenance loop with Run.
+type Limiter struct {
+	clock Clock
+	log   *slog.Logger
+	sweep time.Duration
+	keys  *table
+}
+
+// Option configures a Limiter.
+type Option func(*Limiter)
+
+// WithClock replaces the real clock (tests use a fake one).
+func WithClock(c Clock) Option { return func(l *Limiter) { l.clock = c } }
+
+// WithLogger sets the logger; the default discards.
+func WithLogger(log *slog.Logger) Option { return func(l *Limiter) { l.log = log } }
+
+// WithSweepInterval sets how often Run evicts fresh keys (default 10 s).
+func WithSweepInterval(d time.Duration) Option { return func(l *Limiter) { l.sweep = d } }
+
+// New builds a local-only Limiter: each process enforces every Rule in full.
+func New(opts ...Option) *Limiter {
+	l := &Limiter{
+		clock: systemClock{},
+		log:   slog.New(slog.DiscardHandler),
+		sweep: 10 * time.Second,
+		keys:  newTable(),
+	}
+	for _, o := range opts {
+		o(l)
+	}
+	return l
+}
+
+// Run evicts idle keys until ctx ends, then returns nil.
+func (l *Limiter) Run(ctx context.Context) error {
+	t := time.NewTicker(l.sweep)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-t.C:
+			if n := l.keys.sweep(l.clock.Now().UnixNano()); n > 0 {
+				l.log.Debug("evicted idle keys", "count", n, "live", l.keys.size.Load())
+			}
+		}
+	}
+}
+
+// Keys is the number of keys currently held.
+func (l *Limiter) Keys() int { return int(l.keys.size.Load()) }
+
+// Decide decides reqs together and writes one Result per request into out.
+// It reports whether the batch is allowed: true iff no non-shadow request is
+// denied. When the batch is denied, nothing it charged is kept, except
+// charges of rules with AlwaysCharge; refunds always apply.
+func (l *Limiter) Decide(reqs []Request, out []Result) (bool, error) {
+	if len(out) < len(reqs) {
+		return false, ErrBatchSize
+	}
+	now := l.clock.Now().UnixNano()
+	deny := -1 // index of the first denying request
+	for i := range reqs {
+		r := &reqs[i]
+		if deny >= 0 && r.Op != Refund {
+			out[i] = l.decideOne(r, now, true)
+			continue
+		}
+		out[i] = l.decideOne(r, now, false)
+		if !out[i].Allowed && !r.Shadow && deny < 0 {
+			deny = i
+		}
+	}
+	if deny < 0 {
+		return true, nil
+	}
+	l.rollback(reqs[:deny], out, now)
+	return false, nil
+}
+
+// decideOne applies one request to its key. A dry run charges nothing.
+func (l *Limiter) decideOne(r *Request, now int64, dry bool) Result {
+	if r.Rule == nil {
+		return Result{Allowed: true}
+	}
+	hits := r.Hits
+	if hits == 0 && r.Op != Check {
+		hits = 1
+	}
+	e := l.keys.lock(r.Key, r.Rule)
+	defer e.mu.Unlock()
+	switch r.Op {
+	case Refund:
+		for i, w := range r.Rule.Windows {
+			refund(&e.counters[i], w, r.Rule.Algorithm, now, hits)
+		}
+		return l.finish(e, r.Rule, now, true, 0)
+	case Check:
+		wt := waitAll(e.counters, r.Rule, now, 1)
+		return l.finish(e, r.Rule, now, wt == 0, wt)
+	}
+	wt := waitAll(e.counters, r.Rule, now, hits)
+	if !dry && (wt == 0 || r.Rule.AlwaysCharge) {
+		for i, w := range r.Rule.Windows {
+			charge(&e.counters[i], w, r.Rule.Algorithm, now, hits)
+		}
+	}
+	return l.finish(e, r.Rule, now, wt == 0, wt)
+}
+
+// waitAll is the longest wait over the rule's windows for n units.
+func waitAll(cs []counter, rule *Rule, now int64, n uint64) time.Duration {
+	var longest time.Duration
+	for i, w := range rule.Windows {
+		longest = max(longest, wait(cs[i], w, rule.Algorithm, now, n))
+	}
+	return longest
+}
+
+// finish fills a Result from the key's state after the decision and
+// records when the key becomes fresh. e.mu must be held.
+func (l *Limiter) finish(e *entry, rule *Rule, now int64, allowed bool, wt time.Duration) Result {
+	res := Result{Allowed: allowed}
+	var fresh int64
+	for i, w := range rule.Windows {
+		c := e.counters[i]
+		rem := remaining(c, w, rule.Algorithm, now)
+		if i == 0 || rem < res.Remaining {
+			res.Limit, res.Period, res.Remaining = w.Limit, w.Period, rem
+			res.Reset = untilReset(c, w, rule.Algorithm, now)
+		}
+		fresh = max(fresh, freshAt(c, w, rule.Algorithm))
+	}
+	e.fresh.Store(fresh)
+	if !allowed {
+		res.RetryAfter = finiteWait(wt, e.counters, rule, now)
+		res.Reset = res.RetryAfter
+	}
+	return res
+}
+
+// finiteWait replaces never (a request larger than a window can hold) by
+// the time until the longest window resets.
+func finiteWait(wt time.Duration, cs []counter, rule *Rule, now int64) time.Duration {
+	if wt != never {
+		return wt
+	}
+	var d time.Duration
+	for i, w := range rule.Windows {
+		d = max(d, untilReset(cs[i], w, rule.Algorithm, now), w.Period-time.Duration(now%int64(w.Period)))
+	}
+	return d
+}
+
+// rollback takes back the charges of an allowed prefix of a denied batch.
+func (l *Limiter) rollback(reqs []Request, out []Result, now int64) {
+	for i := range reqs {
+		r := &reqs[i]
+		if r.Rule == nil || r.Op != Charge || !out[i].Allowed || r.Rule.AlwaysCharge {
+			continue
+		}
+		hits := max(r.Hits, 1)
+		e := l.keys.lock(r.Key, r.Rule)
+		for j, w := range r.Rule.Windows {
+			undo(&e.counters[j], w, r.Rule.Algorithm, now, now, hits)
+		}
+		out[i] = l.finish(e, r.Rule, now, true, 0)
+		e.mu.Unlock()
+	}
+}
+
+// KeyState is an operator's view of one key (for /debug/keys).
+type KeyState struct {
+	Key       string    `json:"key"`
+	Algorithm string    `json:"algorithm"`
+	Windows   []WinView `json:"windows"`
+}
+
+// WinView is one window of a KeyState.
+type WinView struct {
+	Limit     uint64        `json:"limit"`
+	Period    time.Duration `json:"period_ns"`
+	Used      uint64        `json:"used"`
+	Prev      uint64        `json:"previous,omitempty"`
+	Start     int64         `json:"window_start_unix_ns,omitempty"`
+	TAT       int64         `json:"tat_unix_ns,omitempty"`
+	Remaining uint64        `json:"remaining"`
+}
+
+// Snapshot returns the state of up to limit keys starting with prefix.
+func (l *Limiter) Snapshot(prefix string, limit int) []KeyState {
+	var out []KeyState
+	now := l.clock.Now().UnixNano()
+	l.keys.each(prefix, func(e *entry) {
+		if len(out) >= limit {
+			return
+		}
+		ks := KeyState{Key: e.key, Algorithm: e.rule.Algorithm.String()}
+		for i, w := range e.rule.Windows {
+			c := e.counters[i]
+			c.roll(w, now)
+			v := WinView{Limit: w.Limit, Period: w.Period, TAT: c.tat,
+				Remaining: remaining(c, w, e.rule.Algorithm, now)}
+			if e.rule.Algorithm != TokenBucket {
+				v.Used, v.Prev, v.Start, v.TAT = c.cur, c.prev, c.epoch*int64(w.Period), 0
+			}
+			ks.Windows = append(ks.Windows, v)
+		}
+		out = append(out, ks)
+	})
+	return out
+}
+
+// String describes the limiter for logs.
+func (l *Limiter) String() string { return fmt.Sprintf("limiter(local, %d keys)", l.Keys()) }
