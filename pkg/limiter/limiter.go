@@ -108,12 +108,16 @@ func (l *Limiter) Run(ctx context.Context) error {
 		case <-ctx.Done():
 			return nil
 		case <-t.C:
-			if n := l.keys.sweep(l.clock.Now().UnixNano()); n > 0 {
-				l.log.Debug("evicted idle keys", "count", n, "live", l.keys.size.Load())
+			if n := l.Sweep(); n > 0 {
+				l.log.Debug("evicted idle keys", "count", n, "live", l.Keys())
 			}
 		}
 	}
 }
+
+// Sweep evicts the keys whose state is as good as new and returns how many.
+// Run calls it periodically.
+func (l *Limiter) Sweep() int { return l.keys.sweep(l.clock.Now().UnixNano()) }
 
 // Keys is the number of keys currently held.
 func (l *Limiter) Keys() int { return int(l.keys.size.Load()) }
