@@ -1,0 +1,157 @@
+package main
+
+import (
+	"math"
+	"slices"
+	"sync"
+	"time"
+)
+
+// The accuracy view counts, per wall-clock second and per key, how many
+// requests were offered and how many were admitted (answered OK). Seconds
+// are Unix seconds of the moment a request was sent, so they line up with
+// the fixed windows most rate-limit services use.
+//
+// Each worker counts its current second in a private map and hands it to
+// the shared accuracy collector when it moves on to a later second, so the
+// hot path takes no lock. A second is final once every worker has moved
+// past it.
+
+// keyCount is the tally of one key in one second.
+type keyCount struct {
+	offered, admitted uint64
+}
+
+// secondRow is the final tally of one second.
+type secondRow struct {
+	Unix           int64  `json:"unix"`
+	Offset         int64  `json:"offset"` // seconds since the run's first second
+	Offered        uint64 `json:"offered"`
+	Admitted       uint64 `json:"admitted"`
+	Keys           int    `json:"keys"`
+	MaxKeyAdmitted uint64 `json:"max_key_admitted"`
+	MaxKey         int    `json:"max_key"` // key index with MaxKeyAdmitted
+}
+
+// accuracy collects the workers' per-second tallies. It is safe for
+// concurrent use.
+type accuracy struct {
+	first int64 // the run's first Unix second
+
+	mu       sync.Mutex
+	open     map[int64]map[int]keyCount
+	workerAt []int64 // second each worker is counting; MaxInt64 once done
+	rows     []secondRow
+}
+
+func newAccuracy(first int64, workers int) *accuracy {
+	a := &accuracy{first: first, open: map[int64]map[int]keyCount{}, workerAt: make([]int64, workers)}
+	for i := range a.workerAt {
+		a.workerAt[i] = first
+	}
+	return a
+}
+
+// localTally is one worker's tally of its current second. It is owned by
+// that worker.
+type localTally struct {
+	acc    *accuracy
+	worker int
+	second int64
+	keys   map[int]keyCount
+}
+
+func (a *accuracy) local(worker int) *localTally {
+	return &localTally{acc: a, worker: worker, second: a.first, keys: map[int]keyCount{}}
+}
+
+// add counts one request for key sent in Unix second sec. A worker's
+// seconds must not decrease.
+func (l *localTally) add(sec int64, key int, admitted bool) {
+	if sec != l.second {
+		l.acc.merge(l.worker, l.second, l.keys, sec)
+		clear(l.keys)
+		l.second = sec
+	}
+	kc := l.keys[key]
+	kc.offered++
+	if admitted {
+		kc.admitted++
+	}
+	l.keys[key] = kc
+}
+
+// done hands over the last second; the worker counts nothing after it.
+func (l *localTally) done() {
+	l.acc.merge(l.worker, l.second, l.keys, math.MaxInt64)
+	clear(l.keys)
+}
+
+// merge adds a worker's tally of second sec, records that the worker has
+// moved on to second next, and finalises every second no worker can add
+// to any more.
+func (a *accuracy) merge(worker int, sec int64, keys map[int]keyCount, next int64) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if len(keys) > 0 {
+		m := a.open[sec]
+		if m == nil {
+			m = make(map[int]keyCount, len(keys))
+			a.open[sec] = m
+		}
+		for k, c := range keys {
+			t := m[k]
+			t.offered += c.offered
+			t.admitted += c.admitted
+			m[k] = t
+		}
+	}
+	a.workerAt[worker] = next
+	low := slices.Min(a.workerAt)
+	for s, m := range a.open {
+		if s < low {
+			a.rows = append(a.rows, a.row(s, m))
+			delete(a.open, s)
+		}
+	}
+}
+
+func (a *accuracy) row(sec int64, keys map[int]keyCount) secondRow {
+	r := secondRow{Unix: sec, Offset: sec - a.first, Keys: len(keys), MaxKey: -1}
+	for k, c := range keys {
+		r.Offered += c.offered
+		r.Admitted += c.admitted
+		if c.admitted > r.MaxKeyAdmitted || (c.admitted == r.MaxKeyAdmitted && (r.MaxKey < 0 || k < r.MaxKey)) {
+			r.MaxKeyAdmitted, r.MaxKey = c.admitted, k
+		}
+	}
+	return r
+}
+
+// result returns the final rows in time order. Call it after every
+// worker's done.
+func (a *accuracy) result() []secondRow {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	for s, m := range a.open { // only when a worker never called done
+		a.rows = append(a.rows, a.row(s, m))
+		delete(a.open, s)
+	}
+	slices.SortFunc(a.rows, func(x, y secondRow) int { return int(x.Unix - y.Unix) })
+	return slices.Clone(a.rows)
+}
+
+// secondClock maps monotonic instants to Unix seconds, anchored at one
+// wall-clock reading so a clock step during the run does not reorder them.
+type secondClock struct {
+	t0       time.Time
+	wallNano int64
+}
+
+func newSecondClock(t0 time.Time) secondClock {
+	return secondClock{t0: t0, wallNano: t0.UnixNano()}
+}
+
+func (c secondClock) second(t time.Time) int64 {
+	return (c.wallNano + int64(t.Sub(c.t0))) / int64(time.Second)
+}
