@@ -1,0 +1,108 @@
+package policy
+
+import (
+	"gopkg.in/yaml.v3"
+)
+
+// maxDepth bounds descriptor nesting; Envoy descriptors are a few entries.
+const maxDepth = 32
+
+// descriptorFields is a descriptor's raw parts before it is built.
+type descriptorFields struct {
+	key, value       string
+	rateLimit, kids  *field
+	shadow, detailed bool
+	share            bool
+}
+
+// decodeDescriptors reads a descriptors list into children of parent.
+func (d *decoder) decodeDescriptors(parent *Node, n *yaml.Node, path string, depth int) {
+	items, ok := d.sequence(n, path, "descriptors dropped")
+	if !ok {
+		return
+	}
+	if depth >= maxDepth {
+		d.errorf(n, path, "descriptors nested deeper than %d (dropped)", maxDepth)
+		return
+	}
+	for i, it := range items {
+		if d.exhausted() {
+			return
+		}
+		d.decodeDescriptor(parent, it, index(path, i), depth)
+	}
+}
+
+// decodeDescriptor reads one descriptor. A missing or malformed key or
+// value drops the descriptor (and what it nests); any other bad field is
+// ignored alone.
+func (d *decoder) decodeDescriptor(parent *Node, n *yaml.Node, path string, depth int) {
+	fs, ok := d.fields(n, path, "descriptor dropped")
+	if !ok {
+		return
+	}
+	var df descriptorFields
+	must := newBlock(d, "descriptor dropped")
+	opt := newBlock(d, "value ignored")
+	for _, f := range fs {
+		switch f.key {
+		case "key":
+			must.str(f, &df.key)
+		case "value":
+			must.str(f, &df.value)
+		case "rate_limit":
+			df.rateLimit = &f
+		case "descriptors":
+			df.kids = &f
+		case "shadow_mode":
+			opt.boolean(f, &df.shadow)
+		case "detailed_metric":
+			opt.boolean(f, &df.detailed)
+		case "share_threshold":
+			opt.boolean(f, &df.share)
+		default:
+			must.unknown(f)
+		}
+	}
+	if df.key == "" && !must.bad {
+		must.failf(n, join(path, "key"), "key is required")
+	}
+	if must.bad {
+		return
+	}
+	d.buildDescriptor(parent, n, path, depth, &df)
+}
+
+func (d *decoder) buildDescriptor(parent *Node, n *yaml.Node, path string, depth int, df *descriptorFields) {
+	c := newChild(parent, df.key, df.value)
+	if prev := parent.find(c); prev != nil {
+		d.errorf(n, path, "duplicate descriptor %s (descriptor dropped)", c.path)
+		return
+	}
+	c.share = df.share
+	if df.share && !c.wildcard && !c.keyOnly {
+		d.warnf(n, join(path, "share_threshold"), "share_threshold has no effect on an exact value")
+		c.share = false
+	}
+	if df.rateLimit != nil {
+		c.limit = d.buildLimit(df.rateLimit, c.path, df.shadow, df.detailed)
+	}
+	if df.kids != nil {
+		d.decodeDescriptors(c, df.kids.node, df.kids.path, depth+1)
+	}
+	parent.add(c)
+}
+
+// buildLimit decodes and compiles a rate_limit; nil when it is dropped.
+func (d *decoder) buildLimit(f *field, path string, shadow, detailed bool) *Limit {
+	spec := d.decodeRateLimit(f.node, f.path)
+	if spec == nil {
+		return nil
+	}
+	l, err := compileLimit(spec, path, shadow, detailed)
+	if err != nil {
+		d.errorf(f.node, f.path, "%v (rate_limit dropped)", err)
+		return nil
+	}
+	return l
+}

@@ -1,0 +1,41 @@
+// Package policy turns policy files into an immutable, compiled Snapshot
+// and keeps it current as the files change.
+//
+// # Files
+//
+// Two kinds of YAML file are read, alone or together:
+//
+//   - rate-limit files in the envoyproxy/ratelimit format (domain, nested
+//     descriptors with key, optional value, rate_limit, shadow_mode,
+//     detailed_metric, share_threshold, replaces), so existing ConfigMaps
+//     load unchanged. rate_limit also takes this service's additions:
+//     algorithm (fixed_window, sliding_window, token_bucket), burst, the
+//     limiter's tuning knobs and always_charge. See RateLimitFile.
+//   - targets files, a top-level targets map of per-target policy for
+//     ext_proc (rate and token limits, concurrency cap, retry, fallbacks).
+//     See TargetsFile.
+//
+// # Model
+//
+// Loading goes file → YAML tree → checked blocks → compiled Snapshot. It is
+// lenient per block: a malformed block (one rate_limit, one descriptor,
+// one target's retry_config) is dropped with a Problem naming the file and
+// the path inside it, and the record that carries it survives; unknown
+// keys are warnings. A file that is not YAML, or not a mapping, is
+// rejected whole. Across files, a domain or target defined twice is kept
+// from the first file by name and dropped from the later one.
+//
+// A Snapshot answers which limit applies to a request descriptor (Match,
+// or Domain and Node.Child step by step, which never allocate), and which
+// target serves a name, model or cluster. Limits and targets carry their
+// compiled limiter.Rule and its fingerprint.
+//
+// # Zero values and concurrency
+//
+// A Snapshot, its Nodes, Limits and Targets are immutable once built and
+// safe for concurrent use. A nil *Snapshot and a nil *Node behave as
+// empty: no domain, no match. A Watcher publishes each new Snapshot with
+// an atomic pointer swap; readers call Current on every request and never
+// block. A Watcher's goroutine is its owner's: Run returns when its
+// context ends.
+package policy

@@ -1,0 +1,228 @@
+package policy
+
+import (
+	"fmt"
+
+	"gopkg.in/yaml.v3"
+
+	"github.com/ratelimit-svc/ratelimit-svc/pkg/limiter"
+)
+
+// Limit is the compiled rate_limit of one descriptor. It is immutable and
+// shared by every snapshot that still holds its file's version.
+type Limit struct {
+	// Name is the rate_limit name, the target of other limits' replaces.
+	Name string `json:"name,omitempty"`
+	// Unit and UnitMultiplier (≥ 1) give the window: multiplier × unit.
+	Unit            Unit   `json:"unit,omitempty"`
+	UnitMultiplier  uint32 `json:"unit_multiplier,omitempty"`
+	RequestsPerUnit uint32 `json:"requests_per_unit"`
+	// Unlimited descriptors are never limited; Rule is then nil.
+	Unlimited bool `json:"unlimited,omitempty"`
+	// ShadowMode: decide and count, but always answer OK.
+	ShadowMode bool `json:"shadow_mode,omitempty"`
+	// Replaces lists the names of limits this one replaces when both apply.
+	Replaces []string `json:"replaces,omitempty"`
+	// DetailedMetric asks for per-value metrics on wildcard and key-only
+	// matches.
+	DetailedMetric bool `json:"detailed_metric,omitempty"`
+	// Rule is what the limiter enforces; nil when Unlimited.
+	Rule *limiter.Rule `json:"-"`
+	// Fingerprint is Rule.Fingerprint(), computed once.
+	Fingerprint string `json:"fingerprint,omitempty"`
+	// Path names the limit in logs and metrics: the domain and the
+	// configured entries, "domain.key_value.key".
+	Path string `json:"path"`
+}
+
+// decodeRateLimit reads a rate_limit block; nil when it is dropped.
+func (d *decoder) decodeRateLimit(n *yaml.Node, path string) *RateLimitSpec {
+	fs, ok := d.fields(n, path, "rate_limit dropped")
+	if !ok {
+		return nil
+	}
+	b := newBlock(d, "rate_limit dropped")
+	var s RateLimitSpec
+	var hasRPU, hasUnit bool
+	for _, f := range fs {
+		switch f.key {
+		case "name":
+			b.str(f, &s.Name)
+		case "unit":
+			b.str(f, &s.Unit)
+			hasUnit = s.Unit != ""
+		case "requests_per_unit":
+			b.uint32(f, &s.RequestsPerUnit)
+			hasRPU = true
+		case "unit_multiplier":
+			if v, err := d.uint32(f.node); err != nil || v == 0 {
+				b.failf(f.node, f.path, "unit_multiplier must be an integer ≥ 1")
+			} else {
+				s.UnitMultiplier = v
+			}
+		case "unlimited":
+			b.boolean(f, &s.Unlimited)
+		case "replaces":
+			s.Replaces = d.decodeReplaces(f)
+		default:
+			d.decodeAddition(b, f, &s)
+		}
+	}
+	if b.bad || !d.checkRateLimit(b, n, path, &s, hasUnit, hasRPU) {
+		return nil
+	}
+	return &s
+}
+
+// decodeAddition reads this service's additions to rate_limit.
+func (d *decoder) decodeAddition(b *block, f field, s *RateLimitSpec) {
+	switch f.key {
+	case "algorithm":
+		b.str(f, &s.Algorithm)
+	case "burst":
+		b.uint32(f, &s.Burst)
+	case "local_allowance":
+		b.float(f, &s.LocalAllowance)
+	case "sync_interval":
+		b.duration(f, &s.SyncInterval)
+	case "redis_timeout":
+		b.duration(f, &s.RedisTimeout)
+	case "cache_ttl":
+		b.duration(f, &s.CacheTTL)
+	case "on_store_unavailable":
+		b.str(f, &s.OnStoreUnavailable)
+	case "always_charge":
+		b.boolean(f, &s.AlwaysCharge)
+	default:
+		b.unknown(f)
+	}
+}
+
+// checkRateLimit applies the rules that span fields.
+func (d *decoder) checkRateLimit(b *block, n *yaml.Node, path string, s *RateLimitSpec, hasUnit, hasRPU bool) bool {
+	if s.Unlimited {
+		if hasUnit || hasRPU {
+			d.warnf(n, path, "unit and requests_per_unit are ignored when unlimited")
+		}
+		return true
+	}
+	switch {
+	case !hasUnit:
+		b.failf(n, join(path, "unit"), "unit is required")
+	case !hasRPU:
+		b.failf(n, join(path, "requests_per_unit"), "requests_per_unit is required")
+	case s.RequestsPerUnit == 0:
+		b.failf(n, join(path, "requests_per_unit"), "requests_per_unit must be positive (use unlimited: true for no limit)")
+	}
+	if _, err := ParseUnit(s.Unit); hasUnit && err != nil {
+		b.failf(n, join(path, "unit"), "%v", err)
+	}
+	if _, err := limiter.ParseAlgorithm(s.Algorithm); err != nil {
+		b.failf(n, join(path, "algorithm"), "%v", err)
+	}
+	if _, err := parseFailMode(s.OnStoreUnavailable); err != nil {
+		b.failf(n, join(path, "on_store_unavailable"), "%v", err)
+	}
+	s.Replaces = d.dropSelfReplace(n, path, s)
+	if s.Burst > 0 && s.Algorithm != "token_bucket" && !b.bad {
+		d.warnf(n, join(path, "burst"), "burst applies to token_bucket only; ignored")
+		s.Burst = 0
+	}
+	return !b.bad
+}
+
+// decodeReplaces reads [{name: x}, …]; a bad entry is dropped alone.
+func (d *decoder) decodeReplaces(f field) []ReplacesSpec {
+	items, ok := d.sequence(f.node, f.path, "replaces dropped")
+	if !ok {
+		return nil
+	}
+	var out []ReplacesSpec
+	for i, it := range items {
+		p := index(f.path, i)
+		fs, ok := d.fields(it, p, "replaces entry dropped")
+		if !ok {
+			continue
+		}
+		name := ""
+		for _, e := range fs {
+			if e.key != "name" {
+				d.warnf(e.node, e.path, "unknown key %q ignored", e.key)
+				continue
+			}
+			v, err := d.str(e.node)
+			if err != nil {
+				d.errorf(e.node, e.path, "%v (replaces entry dropped)", err)
+			}
+			name = v
+		}
+		if name == "" {
+			d.errorf(it, p, "replaces entry needs a name (entry dropped)")
+			continue
+		}
+		out = append(out, ReplacesSpec{Name: name})
+	}
+	return out
+}
+
+// dropSelfReplace removes a replaces entry naming the limit itself.
+func (d *decoder) dropSelfReplace(n *yaml.Node, path string, s *RateLimitSpec) []ReplacesSpec {
+	out := s.Replaces[:0:0]
+	for _, r := range s.Replaces {
+		if r.Name == s.Name {
+			d.errorf(n, join(path, "replaces"), "a limit cannot replace itself (%q dropped from replaces)", r.Name)
+			continue
+		}
+		out = append(out, r)
+	}
+	return out
+}
+
+func parseFailMode(s string) (limiter.FailMode, error) {
+	switch s {
+	case "", "static":
+		return limiter.FailStatic, nil
+	case "allow":
+		return limiter.FailOpen, nil
+	}
+	return 0, fmt.Errorf("unknown on_store_unavailable %q (want static or allow)", s)
+}
+
+// compileLimit turns a checked spec into a Limit. It fails only when the
+// limiter rejects the rule (limits too large, rate too high).
+func compileLimit(s *RateLimitSpec, path string, shadow, detailed bool) (*Limit, error) {
+	l := &Limit{
+		Name: s.Name, Unlimited: s.Unlimited, ShadowMode: shadow,
+		DetailedMetric: detailed, Path: path,
+	}
+	for _, r := range s.Replaces {
+		l.Replaces = append(l.Replaces, r.Name)
+	}
+	if s.Unlimited {
+		return l, nil
+	}
+	l.Unit, _ = ParseUnit(s.Unit)
+	l.RequestsPerUnit = s.RequestsPerUnit
+	l.UnitMultiplier = max(s.UnitMultiplier, 1)
+	period, err := windowPeriod(l.Unit, l.UnitMultiplier)
+	if err != nil {
+		return nil, err
+	}
+	alg, _ := limiter.ParseAlgorithm(s.Algorithm)
+	mode, _ := parseFailMode(s.OnStoreUnavailable)
+	r := &limiter.Rule{
+		Name:         s.Name,
+		Algorithm:    alg,
+		Windows:      []limiter.Window{{Limit: uint64(s.RequestsPerUnit), Period: period, Burst: uint64(s.Burst)}},
+		AlwaysCharge: s.AlwaysCharge,
+		Tuning: limiter.Tuning{
+			LocalAllowance: s.LocalAllowance, SyncInterval: s.SyncInterval,
+			StoreTimeout: s.RedisTimeout, CacheTTL: s.CacheTTL, OnStoreUnavailable: mode,
+		},
+	}
+	if err := r.Validate(); err != nil {
+		return nil, err
+	}
+	l.Rule, l.Fingerprint = r, r.Fingerprint()
+	return l, nil
+}
