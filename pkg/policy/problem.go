@@ -64,4 +64,3 @@ func HasErrors(ps []Problem) bool {
 func sortProblems(ps []Problem) {
 	sort.SliceStable(ps, func(i, j int) bool { return ps[i].File < ps[j].File })
 }
-

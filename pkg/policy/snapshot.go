@@ -107,14 +107,26 @@ func (s *Snapshot) linkTargets(raw []*Target) {
 		s.targets[t.Name] = &t
 		s.list = append(s.list, &t)
 	}
+	s.indexTargets()
+}
+
+// indexTargets builds the by-model and by-cluster lookups.
+func (s *Snapshot) indexTargets() {
 	for _, t := range s.list {
-		if prev := s.byModel[t.Model]; prev != nil {
-			s.problem(Warning, t.File, "targets."+t.Name+".model",
-				"model "+quote(t.Model)+" is also served by target "+quote(prev.Name)+"; lookups by model pick "+quote(prev.Name))
-		} else {
-			s.byModel[t.Model] = t
+		if t.Name == t.Model {
+			s.byModel[t.Model] = t // a target named after its model wins
 		}
 		s.byCluster[t.Cluster] = append(s.byCluster[t.Cluster], t)
+	}
+	for _, t := range s.list {
+		prev := s.byModel[t.Model]
+		switch {
+		case prev == nil:
+			s.byModel[t.Model] = t
+		case prev != t:
+			s.problem(Warning, t.File, "targets."+t.Name+".model", "model "+quote(t.Model)+
+				" is also served by target "+quote(prev.Name)+"; lookups by model pick "+quote(prev.Name))
+		}
 	}
 }
 
@@ -156,8 +168,16 @@ func (s *Snapshot) Domains() []string {
 // deeper or shallower than the configured limit gets none. Match does not
 // allocate.
 func (s *Snapshot) Match(domain string, entries []Entry) *Limit {
-	_, l := s.MatchPath(domain, entries, nil)
-	return l
+	n := s.Domain(domain)
+	if n == nil || len(entries) == 0 {
+		return nil
+	}
+	for _, e := range entries {
+		if n = n.Child(e.Key, e.Value); n == nil {
+			return nil
+		}
+	}
+	return n.limit
 }
 
 // MatchPath is Match that also appends to dst the node matched for each
@@ -188,7 +208,8 @@ func (s *Snapshot) Target(name string) *Target {
 }
 
 // TargetByModel returns the target whose model is model; when several
-// share it, the first by name (a warning says so).
+// share it, the one named after the model, else the first by name (a
+// warning says so).
 func (s *Snapshot) TargetByModel(model string) *Target {
 	if s == nil {
 		return nil
