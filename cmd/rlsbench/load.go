@@ -271,8 +271,11 @@ func waitReady(ctx context.Context, cc *grpc.ClientConn) error {
 	cc.Connect()
 	for {
 		s := cc.GetState()
-		if s == connectivity.Ready {
+		switch s {
+		case connectivity.Ready:
 			return nil
+		case connectivity.TransientFailure, connectivity.Shutdown:
+			return fmt.Errorf("cannot connect (state %s)", s)
 		}
 		if !cc.WaitForStateChange(ctx, s) {
 			return fmt.Errorf("not ready (state %s): %w", s, ctx.Err())

@@ -12,15 +12,16 @@ import (
 // full; longer runs show the first and last rows only (-json has all).
 const maxTextSeconds = 30
 
-// writeText prints r for people. Write errors are returned by the
-// final flush.
+// writeText prints r for people. Each section aligns its own columns.
 func writeText(w io.Writer, r *report) error {
-	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	writeSummary(tw, r)
-	writeAddresses(tw, r)
-	writeAccuracy(tw, r)
-	writeCPU(tw, r)
-	return tw.Flush()
+	for _, section := range []func(io.Writer, *report){writeSummary, writeAddresses, writeAccuracy, writeCPU} {
+		tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+		section(tw, r)
+		if err := tw.Flush(); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 func writeSummary(w io.Writer, r *report) {
@@ -72,7 +73,7 @@ func writeAddresses(w io.Writer, r *report) {
 
 func writeAccuracy(w io.Writer, r *report) {
 	a := r.Accuracy
-	fmt.Fprintf(w, "accuracy\tadmitted (OK) / offered per second of send, all keys: %d / %d\n", a.Admitted, a.Offered)
+	fmt.Fprintf(w, "accuracy: admitted (OK) / offered, per Unix second of send: %d / %d in all\n", a.Admitted, a.Offered)
 	if len(a.Seconds) == 0 {
 		return
 	}
@@ -102,7 +103,7 @@ func writeCPU(w io.Writer, r *report) {
 	if len(r.CPU) == 0 {
 		return
 	}
-	fmt.Fprintln(w, "cpu\tuser+system over the run")
+	fmt.Fprintln(w, "cpu: user+system time over the run")
 	for _, u := range r.CPU {
 		name := fmt.Sprintf("pid %d", u.PID)
 		if u.Label != "" {
