@@ -30,7 +30,7 @@ type Request struct {
 	Key []byte
 	// Rule gives the windows; a nil Rule is unlimited and always allowed.
 	Rule *Rule
-	// Hits is the number of units; zero means one for Charge and Refund.
+	// Hits is the number of units; zero means one for Charge.
 	Hits uint64
 	// Op is Charge, Check or Refund.
 	Op Op
@@ -156,7 +156,7 @@ func (l *Limiter) decideOne(r *Request, now int64, dry bool) Result {
 		return Result{Allowed: true}
 	}
 	hits := r.Hits
-	if hits == 0 && r.Op != Check {
+	if hits == 0 && r.Op == Charge {
 		hits = 1
 	}
 	e := l.keys.lock(r.Key, r.Rule)

@@ -1,0 +1,202 @@
+package envoyapi
+
+import (
+	"fmt"
+	"math"
+	"slices"
+	"time"
+
+	rlcommonv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
+	ratelimitv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"google.golang.org/protobuf/types/known/durationpb"
+	"google.golang.org/protobuf/types/known/wrapperspb"
+
+	"github.com/ratelimit-svc/ratelimit-svc/pkg/limiter"
+	"github.com/ratelimit-svc/ratelimit-svc/pkg/policy"
+)
+
+// kind is how a descriptor was resolved.
+type kind uint8
+
+const (
+	unmatched kind = iota // no rule: OK with no limit
+	unlimited             // an unlimited rule: OK, remaining max
+	replaced              // replaced by another matched limit: OK with no limit
+	limited               // decided by the limiter
+)
+
+// plan is one descriptor's resolution.
+type plan struct {
+	kind     kind
+	limit    *policy.Limit // matched configuration, nil for an override without a match
+	rule     *limiter.Rule
+	override *rlcommonv3.RateLimitDescriptor_RateLimitOverride
+	key      []byte
+	hits     uint64
+	op       limiter.Op
+	batchIdx int // index into reqs/results when limited
+}
+
+// batch is the reusable working state of one ShouldRateLimit call.
+type batch struct {
+	plans   []plan
+	reqs    []limiter.Request
+	results []limiter.Result
+}
+
+func (b *batch) reset(n int) {
+	b.plans = slices.Grow(b.plans[:0], n)[:n]
+	for i := range b.plans {
+		b.plans[i] = plan{key: b.plans[i].key[:0]}
+	}
+	b.reqs = b.reqs[:0]
+	b.results = b.results[:0]
+}
+
+// plan resolves descriptor i: the matching node along its entry path, the
+// rule (configured or overridden), its counter key and its hits.
+func (b *batch) plan(i int, req *ratelimitv3.RateLimitRequest, d *rlcommonv3.RateLimitDescriptor, root *policy.Node) error {
+	p := &b.plans[i]
+	p.key = limiter.AppendPart(p.key, req.Domain)
+	node := root
+	for _, e := range d.Entries {
+		node = node.Child(e.Key, e.Value)
+		p.key = limiter.AppendEntry(p.key, e.Key, node.CounterValue(e.Value))
+	}
+	p.limit = node.Limit()
+	p.hits, p.op = hitsFor(req, d)
+	if o := d.GetLimit(); o != nil {
+		return b.planOverride(p, o)
+	}
+	switch {
+	case p.limit == nil:
+		p.kind = unmatched
+	case p.limit.Unlimited || p.limit.Rule == nil:
+		p.kind = unlimited
+	default:
+		p.kind, p.rule = limited, p.limit.Rule
+		p.key = limiter.AppendPart(p.key, p.limit.Fingerprint)
+	}
+	return nil
+}
+
+// planOverride applies a descriptor's limit override: it replaces the
+// configured limit, also when nothing matched.
+func (b *batch) planOverride(p *plan, o *rlcommonv3.RateLimitDescriptor_RateLimitOverride) error {
+	mult := uint32(1)
+	if o.UnitMultiplier != nil {
+		mult = o.UnitMultiplier.Value
+	}
+	rule, err := policy.RuleFromOverride(o.RequestsPerUnit, policy.Unit(o.Unit), mult, p.limit)
+	if err != nil {
+		return fmt.Errorf("%w: %w", errBadRequest, err)
+	}
+	p.kind, p.rule, p.override = limited, rule, o
+	p.key = limiter.AppendPart(p.key, rule.Fingerprint())
+	return nil
+}
+
+// applyReplaces drops the limits that another matched limit replaces.
+func (b *batch) applyReplaces() {
+	for i := range b.plans {
+		l := b.plans[i].limit
+		if l == nil || len(l.Replaces) == 0 || b.plans[i].kind != limited {
+			continue
+		}
+		for j := range b.plans {
+			o := &b.plans[j]
+			if j != i && o.kind == limited && o.override == nil && o.limit != nil &&
+				o.limit.Name != "" && slices.Contains(l.Replaces, o.limit.Name) {
+				o.kind = replaced
+			}
+		}
+	}
+}
+
+// collect builds the limiter batch from the limited plans.
+func (b *batch) collect() {
+	for i := range b.plans {
+		p := &b.plans[i]
+		if p.kind != limited {
+			continue
+		}
+		p.batchIdx = len(b.reqs)
+		b.reqs = append(b.reqs, limiter.Request{
+			Key: p.key, Rule: p.rule, Hits: p.hits, Op: p.op,
+			Shadow: p.limit != nil && p.limit.ShadowMode && p.override == nil,
+		})
+	}
+	b.results = slices.Grow(b.results[:0], len(b.reqs))[:len(b.reqs)]
+}
+
+// respond turns the limiter's results into the RLS response.
+func (b *batch) respond() *ratelimitv3.RateLimitResponse {
+	resp := &ratelimitv3.RateLimitResponse{
+		OverallCode: ratelimitv3.RateLimitResponse_OK,
+		Statuses:    make([]*ratelimitv3.RateLimitResponse_DescriptorStatus, len(b.plans)),
+	}
+	for i := range b.plans {
+		st := b.status(&b.plans[i])
+		if st.Code == ratelimitv3.RateLimitResponse_OVER_LIMIT {
+			resp.OverallCode = ratelimitv3.RateLimitResponse_OVER_LIMIT
+		}
+		resp.Statuses[i] = st
+	}
+	return resp
+}
+
+func (b *batch) status(p *plan) *ratelimitv3.RateLimitResponse_DescriptorStatus {
+	st := &ratelimitv3.RateLimitResponse_DescriptorStatus{Code: ratelimitv3.RateLimitResponse_OK}
+	switch p.kind {
+	case unlimited:
+		st.LimitRemaining = math.MaxUint32
+		return st
+	case unmatched, replaced:
+		return st
+	}
+	r := b.results[p.batchIdx]
+	shadow := b.reqs[p.batchIdx].Shadow
+	if !r.Allowed && !shadow && p.op != limiter.Refund {
+		st.Code = ratelimitv3.RateLimitResponse_OVER_LIMIT
+	}
+	st.CurrentLimit = currentLimit(p)
+	st.LimitRemaining = remainingField(r.Remaining)
+	st.DurationUntilReset = wholeSeconds(r.Reset)
+	return st
+}
+
+// currentLimit describes the limit a status was decided by, in the units
+// Envoy turns into x-ratelimit-limit.
+func currentLimit(p *plan) *ratelimitv3.RateLimitResponse_RateLimit {
+	cl := &ratelimitv3.RateLimitResponse_RateLimit{}
+	if o := p.override; o != nil {
+		cl.RequestsPerUnit = o.RequestsPerUnit
+		cl.Unit = ratelimitv3.RateLimitResponse_RateLimit_Unit(o.Unit)
+		if o.UnitMultiplier != nil && o.UnitMultiplier.Value > 1 {
+			cl.UnitMultiplier = wrapperspb.UInt32(o.UnitMultiplier.Value)
+		}
+	} else {
+		l := p.limit
+		cl.Name = l.Name
+		cl.RequestsPerUnit = l.RequestsPerUnit
+		cl.Unit = ratelimitv3.RateLimitResponse_RateLimit_Unit(l.Unit)
+		if l.UnitMultiplier > 1 {
+			cl.UnitMultiplier = wrapperspb.UInt32(l.UnitMultiplier)
+		}
+	}
+	if p.limit != nil && cl.Name == "" {
+		cl.Name = p.limit.Name
+	}
+	return cl
+}
+
+// wholeSeconds rounds d up to whole seconds: Envoy reads only the seconds
+// of duration_until_reset (x-ratelimit-reset, retry-after), so a fraction
+// rounded down would tell a client to come back too early.
+func wholeSeconds(d time.Duration) *durationpb.Duration {
+	s := int64(d / time.Second)
+	if d%time.Second != 0 {
+		s++
+	}
+	return &durationpb.Duration{Seconds: s}
+}

@@ -1,0 +1,69 @@
+package envoyapi
+
+import (
+	"fmt"
+	"log/slog"
+
+	"go.opentelemetry.io/otel"
+	"go.opentelemetry.io/otel/metric"
+)
+
+// HeaderMode selects the rate-limit headers the RLS asks Envoy to add to
+// responses (response_headers_to_add).
+type HeaderMode uint8
+
+const (
+	// HeadersOff adds none (the zero value); Envoy's own
+	// enable_x_ratelimit_headers still works from the statuses.
+	HeadersOff HeaderMode = iota
+	// HeadersDraft adds X-RateLimit-Limit, -Remaining and -Reset.
+	HeadersDraft
+	// HeadersIETF adds the IETF RateLimit and RateLimit-Policy fields.
+	HeadersIETF
+)
+
+// ParseHeaderMode maps "off", "draft" or "ietf" (empty means off).
+func ParseHeaderMode(s string) (HeaderMode, error) {
+	switch s {
+	case "", "off":
+		return HeadersOff, nil
+	case "draft":
+		return HeadersDraft, nil
+	case "ietf":
+		return HeadersIETF, nil
+	}
+	return 0, fmt.Errorf("unknown response header mode %q (want off, draft or ietf)", s)
+}
+
+type options struct {
+	log     *slog.Logger
+	meter   metric.Meter
+	headers HeaderMode
+}
+
+// Option configures a server of this package.
+type Option func(*options)
+
+// WithLogger sets the logger; the default discards.
+func WithLogger(l *slog.Logger) Option { return func(o *options) { o.log = l } }
+
+// WithMeterProvider sets where metrics go; the default is the OTel global.
+func WithMeterProvider(mp metric.MeterProvider) Option {
+	return func(o *options) { o.meter = mp.Meter(meterName) }
+}
+
+// WithResponseHeaders selects the headers the RLS adds to responses.
+func WithResponseHeaders(m HeaderMode) Option { return func(o *options) { o.headers = m } }
+
+const meterName = "github.com/ratelimit-svc/ratelimit-svc/pkg/envoyapi"
+
+func newOptions(opts []Option) options {
+	o := options{log: slog.New(slog.DiscardHandler)}
+	for _, f := range opts {
+		f(&o)
+	}
+	if o.meter == nil {
+		o.meter = otel.GetMeterProvider().Meter(meterName)
+	}
+	return o
+}

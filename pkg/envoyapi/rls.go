@@ -1,0 +1,106 @@
+package envoyapi
+
+import (
+	"context"
+	"log/slog"
+	"math"
+	"sync"
+
+	rlcommonv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
+	ratelimitv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+
+	"github.com/ratelimit-svc/ratelimit-svc/pkg/limiter"
+	"github.com/ratelimit-svc/ratelimit-svc/pkg/policy"
+)
+
+// Policies gives the policy snapshot in force; policy.Watcher is one.
+type Policies interface {
+	Current() *policy.Snapshot
+}
+
+// Decider decides a batch of limiter requests; *limiter.Limiter is one.
+type Decider interface {
+	Decide(reqs []limiter.Request, out []limiter.Result) (bool, error)
+}
+
+// RLS serves envoy.service.ratelimit.v3.RateLimitService. It is safe for
+// concurrent use; build it with NewRLS.
+type RLS struct {
+	ratelimitv3.UnimplementedRateLimitServiceServer
+	policies Policies
+	decider  Decider
+	headers  HeaderMode
+	log      *slog.Logger
+	metrics  *rlsMetrics
+	scratch  sync.Pool
+}
+
+// NewRLS builds the RLS server over the policies in force and a decider.
+func NewRLS(p Policies, d Decider, opts ...Option) *RLS {
+	o := newOptions(opts)
+	return &RLS{
+		policies: p,
+		decider:  d,
+		headers:  o.headers,
+		log:      o.log,
+		metrics:  newRLSMetrics(o.meter),
+		scratch:  sync.Pool{New: func() any { return new(batch) }},
+	}
+}
+
+// ShouldRateLimit decides every descriptor of req together: if any is over
+// its limit, none is charged and the answer is OVER_LIMIT.
+func (s *RLS) ShouldRateLimit(ctx context.Context, req *ratelimitv3.RateLimitRequest) (*ratelimitv3.RateLimitResponse, error) {
+	if err := validate(req); err != nil {
+		return nil, toStatus(err)
+	}
+	b := s.scratch.Get().(*batch)
+	defer s.scratch.Put(b)
+	b.reset(len(req.Descriptors))
+	snap := s.policies.Current()
+	var root *policy.Node
+	if snap != nil {
+		root = snap.Domain(req.Domain)
+	}
+	for i, d := range req.Descriptors {
+		if err := b.plan(i, req, d, root); err != nil {
+			return nil, toStatus(err)
+		}
+	}
+	b.applyReplaces()
+	b.collect()
+	if _, err := s.decider.Decide(b.reqs, b.results); err != nil {
+		return nil, toStatus(err)
+	}
+	resp := b.respond()
+	if s.headers != HeadersOff {
+		resp.ResponseHeadersToAdd = rateLimitHeaders(s.headers, resp.Statuses)
+	}
+	s.record(ctx, req.Domain, b, resp)
+	return resp, nil
+}
+
+// hitsFor returns the units a descriptor spends and what it does with them:
+// the request-level hits_addend (0 means 1) unless the descriptor sets its
+// own; a descriptor 0 only checks; is_negative_hits refunds.
+func hitsFor(req *ratelimitv3.RateLimitRequest, d *rlcommonv3.RateLimitDescriptor) (uint64, limiter.Op) {
+	n := uint64(max(req.HitsAddend, 1))
+	if h := d.GetHitsAddend(); h != nil {
+		n = h.Value
+	}
+	switch {
+	case d.GetIsNegativeHits():
+		return n, limiter.Refund
+	case n == 0:
+		return 0, limiter.Check
+	}
+	return n, limiter.Charge
+}
+
+// remainingField clamps a count into the proto's uint32.
+func remainingField(n uint64) uint32 {
+	if n > math.MaxUint32 {
+		return math.MaxUint32
+	}
+	return uint32(n)
+}
