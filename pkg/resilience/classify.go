@@ -115,6 +115,7 @@ func Classify(in Input) Verdict {
 	if code, ok := first(in.Header, "x-amzn-errortype"); ok {
 		name, _, _ := strings.Cut(code, ":")
 		b.codes = append(b.codes, strings.ToLower(name))
+		b.errorObj = true // an AWS error, also as an event-stream frame
 	}
 	eff, ok := transportEffect(in.Transport)
 	if !ok {
