@@ -86,7 +86,9 @@ func (h *histogram) quantile(q float64) time.Duration {
 	if h.total == 0 {
 		return 0
 	}
-	rank := uint64(math.Ceil(q * float64(h.total)))
+	// The epsilon keeps float error from pushing an exact rank up by one
+	// (0.07*100 is 7.000000000000001).
+	rank := uint64(math.Ceil(q*float64(h.total) - 1e-9))
 	rank = min(max(rank, 1), h.total)
 	var seen uint64
 	for i, c := range h.counts {

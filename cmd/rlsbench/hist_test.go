@@ -122,3 +122,13 @@ func BenchmarkRecord(b *testing.B) {
 		h.record(time.Duration(i%5000) * time.Microsecond)
 	}
 }
+
+func TestQuantileRankHasNoFloatDrift(t *testing.T) {
+	var h histogram
+	for v := 1; v <= 100; v++ {
+		h.record(time.Duration(v))
+	}
+	if got := h.quantile(0.07); got != 7 {
+		t.Errorf("quantile(0.07) of 1..100 = %d, want 7", got)
+	}
+}

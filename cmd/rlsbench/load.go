@@ -107,10 +107,12 @@ func (l *loader) run(ctx context.Context, stderr io.Writer) *runResult {
 	l.clock = newSecondClock(l.start)
 	l.acc = newAccuracy(l.clock.second(l.start), l.cfg.concurrency)
 	loadCtx, cancel := context.WithCancel(ctx)
-	if l.cfg.duration > 0 {
-		loadCtx, cancel = context.WithTimeout(ctx, l.cfg.duration)
-	}
 	defer cancel()
+	if l.cfg.duration > 0 {
+		var cancelTimeout context.CancelFunc
+		loadCtx, cancelTimeout = context.WithTimeout(loadCtx, l.cfg.duration)
+		defer cancelTimeout()
+	}
 
 	for i := range l.cfg.concurrency {
 		w := &worker{perAddr: make([]addrStats, len(l.clients)), tally: l.acc.local(i)}
