@@ -1,0 +1,160 @@
+// Command ratelimit-svc serves Envoy's Rate Limit Service v3 over the
+// policies of a directory, with health, reflection and an HTTP port for
+// /healthcheck, /metrics, /json and /debug.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"os/signal"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/health"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/reflection"
+
+	"github.com/ratelimit-svc/ratelimit-svc/pkg/envoyapi"
+	"github.com/ratelimit-svc/ratelimit-svc/pkg/limiter"
+	"github.com/ratelimit-svc/ratelimit-svc/pkg/policy"
+)
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
+	err := run(ctx, os.Args[1:], os.Getenv, os.Stdout, os.Stderr)
+	stop()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "ratelimit-svc:", err)
+		os.Exit(1)
+	}
+}
+
+// httpHeaderTimeout bounds how long a client may take to send headers.
+const httpHeaderTimeout = 10 * time.Second
+
+// healthNames are the gRPC health service names answered besides "".
+var healthNames = []string{
+	"ratelimit",
+	"envoy.service.ratelimit.v3.RateLimitService",
+	"envoy.service.ext_proc.v3.ExternalProcessor",
+}
+
+// run serves until ctx ends, then drains and returns. It is main without
+// the process: tests call it.
+func run(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
+	cfg, err := parseConfig(args, getenv, stderr)
+	if errors.Is(err, flag.ErrHelp) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	log := newLogger(cfg, stdout)
+	if cfg.RedisURL != "" {
+		return errors.New("--redis-url: the Redis-synced engine is not in this build; leave it empty to run local-only")
+	}
+	headers, err := envoyapi.ParseHeaderMode(cfg.ResponseHeaders)
+	if err != nil {
+		return err
+	}
+	tel, err := newTelemetry(cfg.Service)
+	if err != nil {
+		return err
+	}
+	defer tel.shutdown()
+	app, err := wire(cfg, log, tel, headers)
+	if err != nil {
+		return err
+	}
+	return app.serve(ctx)
+}
+
+// app is the wired service: what serve starts and stops.
+type app struct {
+	cfg      config
+	log      *slog.Logger
+	tel      *telemetry
+	lim      *limiter.Limiter
+	pol      *policy.Watcher
+	rls      *envoyapi.RLS
+	draining atomic.Bool
+	grpc     *grpc.Server
+	health   *health.Server
+	http     *http.Server
+	grpcLis  net.Listener
+	httpLis  net.Listener
+}
+
+// serve runs every part until ctx ends, then shuts down in order: health
+// NOT_SERVING, in-flight calls finish (bounded), background loops stop.
+func (a *app) serve(ctx context.Context) error {
+	bg, cancelBG := context.WithCancel(context.WithoutCancel(ctx))
+	var wg sync.WaitGroup
+	errs := make(chan error, 4)
+	wg.Go(func() { errs <- a.lim.Run(bg) })
+	wg.Go(func() { errs <- a.pol.Run(bg) })
+	wg.Go(func() { errs <- a.grpc.Serve(a.grpcLis) })
+	wg.Go(func() {
+		if err := a.http.Serve(a.httpLis); !errors.Is(err, http.ErrServerClosed) {
+			errs <- err
+		}
+	})
+	a.log.Info("serving", "grpc", a.grpcLis.Addr().String(), "http", a.httpLis.Addr().String(),
+		"config", a.cfg.ConfigPath, "mode", "local", "service", a.cfg.Service, "replica", a.cfg.ReplicaID)
+	var runErr error
+	select {
+	case <-ctx.Done():
+		a.log.Info("shutting down", "timeout", a.cfg.ShutdownTimeout)
+	case runErr = <-errs:
+		a.log.Error("server failed", "err", runErr)
+	}
+	a.drain()
+	cancelBG()
+	wg.Wait()
+	return runErr
+}
+
+// drain turns health NOT_SERVING, then lets in-flight calls finish within
+// the shutdown timeout, then stops what is left.
+func (a *app) drain() {
+	a.health.Shutdown()
+	a.draining.Store(true)
+	deadline := time.Now().Add(a.cfg.ShutdownTimeout)
+	done := make(chan struct{})
+	go func() { a.grpc.GracefulStop(); close(done) }()
+	timer := time.NewTimer(time.Until(deadline))
+	defer timer.Stop()
+	select {
+	case <-done:
+	case <-timer.C:
+		a.log.Warn("shutdown timeout: cancelling in-flight calls")
+		a.grpc.Stop()
+		<-done
+	}
+	hctx, cancel := context.WithDeadline(context.Background(), deadline)
+	defer cancel()
+	if err := a.http.Shutdown(hctx); err != nil {
+		a.http.Close()
+	}
+}
+
+// registerGRPC puts RLS, health and reflection on one server.
+func registerGRPC(s *grpc.Server, rls *envoyapi.RLS, h *health.Server) {
+	envoyapi.RegisterRLS(s, rls)
+	healthpb.RegisterHealthServer(s, h)
+	h.SetServingStatus("", healthpb.HealthCheckResponse_SERVING)
+	for _, n := range healthNames {
+		h.SetServingStatus(n, healthpb.HealthCheckResponse_SERVING)
+	}
+	reflection.Register(s)
+}

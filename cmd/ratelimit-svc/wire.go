@@ -1,0 +1,111 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/http/pprof"
+	"strconv"
+
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/metric"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/health"
+
+	"github.com/ratelimit-svc/ratelimit-svc/pkg/envoyapi"
+	"github.com/ratelimit-svc/ratelimit-svc/pkg/limiter"
+	"github.com/ratelimit-svc/ratelimit-svc/pkg/policy"
+)
+
+// wire builds every part of the service and binds its ports; nothing runs
+// until serve.
+func wire(cfg config, log *slog.Logger, tel *telemetry, headers envoyapi.HeaderMode) (*app, error) {
+	a := &app{cfg: cfg, log: log, tel: tel}
+	pol, err := policy.NewWatcher(cfg.ConfigPath, policy.WatcherOptions{
+		Logger:   log.With("component", "policy"),
+		OnReload: a.countReload,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("loading policies from %s: %w", cfg.ConfigPath, err)
+	}
+	a.pol = pol
+	a.lim = limiter.New(limiter.WithLogger(log.With("component", "limiter")))
+	a.rls = envoyapi.NewRLS(pol, a.lim, envoyapi.WithLogger(log.With("component", "rls")),
+		envoyapi.WithMeterProvider(tel.provider), envoyapi.WithResponseHeaders(headers))
+	a.health = health.NewServer()
+	a.grpc = grpc.NewServer()
+	registerGRPC(a.grpc, a.rls, a.health)
+	a.http = &http.Server{Handler: a.routes(), ReadHeaderTimeout: httpHeaderTimeout}
+	if a.grpcLis, err = net.Listen("tcp", cfg.GRPCAddr); err != nil {
+		return nil, fmt.Errorf("--grpc-addr: %w", err)
+	}
+	if a.httpLis, err = net.Listen("tcp", cfg.HTTPAddr); err != nil {
+		a.grpcLis.Close()
+		return nil, fmt.Errorf("--http-addr: %w", err)
+	}
+	return a, nil
+}
+
+// countReload records a policy load in ratelimit_config_reloads.
+func (a *app) countReload(r policy.Result) {
+	result := "ok"
+	if r.Err != nil || len(r.Stale) > 0 || r.Errors() > 0 {
+		result = "error"
+	}
+	a.tel.reloads.Add(context.Background(), 1, metric.WithAttributes(attribute.String("result", result)))
+}
+
+// routes is the HTTP port: health, metrics, the JSON twin of
+// ShouldRateLimit and the operators' debug views.
+func (a *app) routes() http.Handler {
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /healthcheck", a.healthcheck)
+	mux.Handle("GET /metrics", a.tel.handler())
+	mux.Handle("/json", envoyapi.JSONHandler(a.rls))
+	mux.HandleFunc("GET /debug/config", a.debugConfig)
+	mux.HandleFunc("GET /debug/keys", a.debugKeys)
+	mux.HandleFunc("GET /debug/pprof/", pprof.Index)
+	mux.HandleFunc("GET /debug/pprof/profile", pprof.Profile)
+	mux.HandleFunc("GET /debug/pprof/trace", pprof.Trace)
+	return mux
+}
+
+func (a *app) healthcheck(w http.ResponseWriter, _ *http.Request) {
+	if a.draining.Load() {
+		http.Error(w, "draining", http.StatusInternalServerError)
+		return
+	}
+	w.Write([]byte("OK\n"))
+}
+
+func (a *app) debugConfig(w http.ResponseWriter, _ *http.Request) {
+	writeJSON(w, a.pol.Current())
+}
+
+// debugKeys shows the live state of keys starting with ?prefix= (at most
+// ?limit=, default 100).
+func (a *app) debugKeys(w http.ResponseWriter, r *http.Request) {
+	limit := 100
+	if s := r.URL.Query().Get("limit"); s != "" {
+		n, err := strconv.Atoi(s)
+		if err != nil || n <= 0 {
+			http.Error(w, "limit must be a positive integer", http.StatusBadRequest)
+			return
+		}
+		limit = n
+	}
+	keys := a.lim.Snapshot(r.URL.Query().Get("prefix"), limit)
+	writeJSON(w, map[string]any{"mode": "local", "keys": keys, "total_keys": a.lim.Keys()})
+}
+
+func writeJSON(w http.ResponseWriter, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	if err := enc.Encode(v); err != nil {
+		http.Error(w, err.Error(), http.StatusInternalServerError)
+	}
+}
