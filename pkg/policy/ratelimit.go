@@ -44,7 +44,9 @@ func (d *decoder) decodeRateLimit(n *yaml.Node, path string) *RateLimitSpec {
 	b := newBlock(d, "rate_limit dropped")
 	var s RateLimitSpec
 	var hasRPU, hasUnit bool
+	at := map[string]*yaml.Node{"": n}
 	for _, f := range fs {
+		at[f.key] = f.node
 		switch f.key {
 		case "name":
 			b.str(f, &s.Name)
@@ -68,7 +70,7 @@ func (d *decoder) decodeRateLimit(n *yaml.Node, path string) *RateLimitSpec {
 			d.decodeAddition(b, f, &s)
 		}
 	}
-	if b.bad || !d.checkRateLimit(b, n, path, &s, hasUnit, hasRPU) {
+	if b.bad || !d.checkRateLimit(b, at, path, &s, hasUnit, hasRPU) {
 		return nil
 	}
 	return &s
@@ -98,34 +100,42 @@ func (d *decoder) decodeAddition(b *block, f field, s *RateLimitSpec) {
 	}
 }
 
-// checkRateLimit applies the rules that span fields.
-func (d *decoder) checkRateLimit(b *block, n *yaml.Node, path string, s *RateLimitSpec, hasUnit, hasRPU bool) bool {
+// checkRateLimit applies the rules that span fields; at maps each field
+// present to its node ("" to the block), for line numbers.
+func (d *decoder) checkRateLimit(b *block, at map[string]*yaml.Node, path string, s *RateLimitSpec, hasUnit, hasRPU bool) bool {
+	node := func(key string) *yaml.Node {
+		if n := at[key]; n != nil {
+			return n
+		}
+		return at[""]
+	}
+	fail := func(key, format string, args ...any) { b.failf(node(key), join(path, key), format, args...) }
 	if s.Unlimited {
 		if hasUnit || hasRPU {
-			d.warnf(n, path, "unit and requests_per_unit are ignored when unlimited")
+			d.warnf(at[""], path, "unit and requests_per_unit are ignored when unlimited")
 		}
 		return true
 	}
 	switch {
 	case !hasUnit:
-		b.failf(n, join(path, "unit"), "unit is required")
+		fail("unit", "unit is required")
 	case !hasRPU:
-		b.failf(n, join(path, "requests_per_unit"), "requests_per_unit is required")
+		fail("requests_per_unit", "requests_per_unit is required")
 	case s.RequestsPerUnit == 0:
-		b.failf(n, join(path, "requests_per_unit"), "requests_per_unit must be positive (use unlimited: true for no limit)")
+		fail("requests_per_unit", "requests_per_unit must be positive (use unlimited: true for no limit)")
 	}
 	if _, err := ParseUnit(s.Unit); hasUnit && err != nil {
-		b.failf(n, join(path, "unit"), "%v", err)
+		fail("unit", "%v", err)
 	}
 	if _, err := limiter.ParseAlgorithm(s.Algorithm); err != nil {
-		b.failf(n, join(path, "algorithm"), "%v", err)
+		fail("algorithm", "%v", err)
 	}
 	if _, err := parseFailMode(s.OnStoreUnavailable); err != nil {
-		b.failf(n, join(path, "on_store_unavailable"), "%v", err)
+		fail("on_store_unavailable", "%v", err)
 	}
-	s.Replaces = d.dropSelfReplace(n, path, s)
+	s.Replaces = d.dropSelfReplace(node("replaces"), path, s)
 	if s.Burst > 0 && s.Algorithm != "token_bucket" && !b.bad {
-		d.warnf(n, join(path, "burst"), "burst applies to token_bucket only; ignored")
+		d.warnf(node("burst"), join(path, "burst"), "burst applies to token_bucket only; ignored")
 		s.Burst = 0
 	}
 	return !b.bad

@@ -74,7 +74,8 @@ func (s *Snapshot) addDomains(p *parsed) {
 	for _, d := range p.domains {
 		name := d.root.path
 		if _, dup := s.domains[name]; dup {
-			s.problem(Error, p.name, d.path, "duplicate domain "+quote(name)+" (domain dropped)")
+			s.problems = append(s.problems, Problem{File: p.name, Path: d.path, Line: d.line, Severity: Error,
+				Message: "duplicate domain " + quote(name) + " (domain dropped)"})
 			continue
 		}
 		s.domains[name] = d.root

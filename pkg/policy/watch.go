@@ -19,7 +19,8 @@ type WatcherOptions struct {
 	PollInterval time.Duration
 	// OnReload, when set, is called after every load that found a change
 	// or failed (not after polls that found nothing new), from the
-	// goroutine that ran it. Use it for metrics.
+	// goroutine that ran it, with the Watcher's lock held: it must not
+	// call Reload. Use it for metrics.
 	OnReload func(Result)
 }
 
