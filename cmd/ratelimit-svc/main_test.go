@@ -1,0 +1,204 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	rlcommonv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
+	ratelimitv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+)
+
+func freeAddr(t *testing.T) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().String()
+}
+
+type service struct {
+	grpcAddr, httpAddr string
+	done               chan error
+	cancel             context.CancelFunc
+	logs               *syncWriter
+}
+
+// start runs the service in-process, as main does, on free loopback ports.
+func start(t *testing.T, configPath string, extra ...string) *service {
+	t.Helper()
+	s := &service{grpcAddr: freeAddr(t), httpAddr: freeAddr(t), done: make(chan error, 1), logs: &syncWriter{b: new(bytes.Buffer)}}
+	ctx, cancel := context.WithCancel(context.Background())
+	s.cancel = cancel
+	args := append([]string{"--config", configPath, "--grpc-addr", s.grpcAddr, "--http-addr", s.httpAddr}, extra...)
+	go func() { s.done <- run(ctx, args, func(string) string { return "" }, s.logs, io.Discard) }()
+	t.Cleanup(func() { cancel(); <-s.done })
+	waitHTTP(t, "http://"+s.httpAddr+"/healthcheck")
+	return s
+}
+
+// waitHTTP polls until the service answers: readiness, not a sleep.
+func waitHTTP(t *testing.T, url string) {
+	t.Helper()
+	for range 200 {
+		if resp, err := http.Get(url); err == nil {
+			resp.Body.Close()
+			return
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	t.Fatalf("%s never answered", url)
+}
+
+func TestServesExampleConfig(t *testing.T) {
+	s := start(t, "../../config")
+	conn, err := grpc.NewClient(s.grpcAddr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	hc := healthpb.NewHealthClient(conn)
+	for _, name := range append([]string{""}, healthNames...) {
+		r, err := hc.Check(context.Background(), &healthpb.HealthCheckRequest{Service: name})
+		if err != nil || r.Status != healthpb.HealthCheckResponse_SERVING {
+			t.Fatalf("health %q: %v %v", name, r, err)
+		}
+	}
+	rls := ratelimitv3.NewRateLimitServiceClient(conn)
+	req := &ratelimitv3.RateLimitRequest{Domain: "api", Descriptors: []*rlcommonv3.RateLimitDescriptor{{
+		Entries: []*rlcommonv3.RateLimitDescriptor_Entry{{Key: "remote_address", Value: "198.51.100.1"}},
+	}}}
+	resp, err := rls.ShouldRateLimit(context.Background(), req)
+	if err != nil || resp.OverallCode != ratelimitv3.RateLimitResponse_OK || resp.Statuses[0].CurrentLimit == nil {
+		t.Fatalf("ShouldRateLimit: %v %v", resp, err)
+	}
+	body := `{"domain":"api","descriptors":[{"entries":[{"key":"remote_address","value":"198.51.100.2"}],"hits_addend":"1000"}]}`
+	if code := post(t, "http://"+s.httpAddr+"/json", body); code != http.StatusTooManyRequests {
+		t.Fatalf("/json over limit: %d", code)
+	}
+	if code := post(t, "http://"+s.httpAddr+"/json", `{"domain":`); code != http.StatusBadRequest {
+		t.Fatalf("/json malformed: %d", code)
+	}
+	metrics := get(t, "http://"+s.httpAddr+"/metrics")
+	if !strings.Contains(metrics, `ratelimit_decisions_total{domain="api",mode="local",outcome="over_limit"} 1`) {
+		t.Fatalf("metrics:\n%s", metrics)
+	}
+	if cfg := get(t, "http://"+s.httpAddr+"/debug/config"); !strings.Contains(cfg, `"api"`) {
+		t.Fatalf("/debug/config:\n%s", cfg)
+	}
+	if keys := get(t, "http://"+s.httpAddr+"/debug/keys?prefix=api|remote_address=198.51.100.1"); !strings.Contains(keys, "198.51.100.1") {
+		t.Fatalf("/debug/keys:\n%s", keys)
+	}
+}
+
+func TestShutdownTurnsHealthOffAndReturnsNil(t *testing.T) {
+	s := start(t, "../../config")
+	s.cancel()
+	select {
+	case err := <-s.done:
+		if err != nil {
+			t.Fatalf("run returned %v", err)
+		}
+		s.done <- nil // for Cleanup
+	case <-time.After(10 * time.Second):
+		t.Fatal("run did not return after cancel")
+	}
+	if !strings.Contains(s.logs.String(), "shutting down") {
+		t.Fatalf("logs:\n%s", s.logs)
+	}
+}
+
+func TestReloadPicksUpConfigMapSwap(t *testing.T) {
+	dir := t.TempDir()
+	writeConfigMap(t, dir, "v1", "domain: d\ndescriptors: [{key: k, rate_limit: {unit: second, requests_per_unit: 1}}]\n")
+	s := start(t, dir)
+	if code := post(t, "http://"+s.httpAddr+"/json", `{"domain":"d2","descriptors":[{"entries":[{"key":"k","value":"v"}],"hits_addend":"5"}]}`); code != http.StatusOK {
+		t.Fatalf("before the swap d2 is unknown: %d", code)
+	}
+	writeConfigMap(t, dir, "v2", "domain: d2\ndescriptors: [{key: k, rate_limit: {unit: second, requests_per_unit: 1}}]\n")
+	for range 400 { // the watcher polls every second; wait up to 4 s
+		if post(t, "http://"+s.httpAddr+"/json", `{"domain":"d2","descriptors":[{"entries":[{"key":"k","value":"v"}],"hits_addend":"5"}]}`) == http.StatusTooManyRequests {
+			return
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	t.Fatal("the swapped ConfigMap was not picked up")
+}
+
+// writeConfigMap lays out dir as Kubernetes mounts a ConfigMap: the file is
+// a symlink into ..data, itself a symlink to a versioned directory.
+func writeConfigMap(t *testing.T, dir, version, content string) {
+	t.Helper()
+	vdir := filepath.Join(dir, ".."+version)
+	if err := os.Mkdir(vdir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(vdir, "limits.yaml"), []byte(content), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	tmp := filepath.Join(dir, "..data_tmp")
+	if err := os.Symlink(filepath.Base(vdir), tmp); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Rename(tmp, filepath.Join(dir, "..data")); err != nil {
+		t.Fatal(err)
+	}
+	link := filepath.Join(dir, "limits.yaml")
+	if _, err := os.Lstat(link); os.IsNotExist(err) {
+		if err := os.Symlink("..data/limits.yaml", link); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// syncWriter lets the test read logs the service writes concurrently.
+type syncWriter struct {
+	mu sync.Mutex
+	b  *bytes.Buffer
+}
+
+func (w *syncWriter) Write(p []byte) (int, error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.b.Write(p)
+}
+
+func (w *syncWriter) String() string {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.b.String()
+}
+
+func post(t *testing.T, url, body string) int {
+	t.Helper()
+	resp, err := http.Post(url, "application/json", strings.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	return resp.StatusCode
+}
+
+func get(t *testing.T, url string) string {
+	t.Helper()
+	resp, err := http.Get(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return string(b)
+}
