@@ -60,6 +60,9 @@ descriptors:
           replaces: [{name: global_hourly}]
   - key: global
     rate_limit: {unit: hour, requests_per_unit: 1, name: global_hourly}
+  - key: foo
+    value: banned
+    rate_limit: {unit: second, requests_per_unit: 0}
 `
 
 type staticPolicies struct{ s *policy.Snapshot }
@@ -334,5 +337,13 @@ func TestResponseHeaders(t *testing.T) {
 	}
 	if s := strings.Join(all, "\n"); s != "ratelimit-policy: \"per_key\";q=3;w=60\nratelimit: \"per_key\";r=2;t=60" {
 		t.Fatalf("ietf headers:\n%s", s)
+	}
+}
+
+func TestZeroRequestsPerUnitBans(t *testing.T) {
+	r := newRig(t)
+	st := r.call("api", 0, desc("foo", "banned")).Statuses[0]
+	if st.Code != over || st.LimitRemaining != 0 || st.DurationUntilReset.AsDuration() < time.Second {
+		t.Fatalf("%v", st)
 	}
 }

@@ -121,8 +121,10 @@ func (d *decoder) checkRateLimit(b *block, at map[string]*yaml.Node, path string
 		fail("unit", "unit is required")
 	case !hasRPU:
 		fail("requests_per_unit", "requests_per_unit is required")
-	case s.RequestsPerUnit == 0:
-		fail("requests_per_unit", "requests_per_unit must be positive (use unlimited: true for no limit)")
+	case s.RequestsPerUnit == 0 && s.Algorithm == "token_bucket":
+		// Zero bans every request (envoyproxy/ratelimit's "banned" idiom);
+		// a window expresses that, a bucket's refill rate cannot.
+		fail("requests_per_unit", "requests_per_unit 0 (deny all) needs fixed_window or sliding_window")
 	}
 	if _, err := ParseUnit(s.Unit); hasUnit && err != nil {
 		fail("unit", "%v", err)
