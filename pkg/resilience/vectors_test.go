@@ -39,12 +39,12 @@ type vector struct {
 	budget  time.Duration // remaining deadline; 0 for none
 	maxRetr int           // the target's num_retries when it matters
 
-	class   Class
-	action  Action
-	delay   time.Duration
-	skip    time.Duration
-	countT  bool
-	countP  bool
+	class  Class
+	action Action
+	delay  time.Duration
+	skip   time.Duration
+	countT bool
+	countP bool
 }
 
 const (
