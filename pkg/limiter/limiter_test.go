@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -264,5 +265,42 @@ func TestConcurrentNeverOver(t *testing.T) {
 		if admitted > 1000 || admitted < 998 {
 			t.Errorf("%v: admitted %d units of a 1000 limit", a, admitted)
 		}
+	}
+}
+
+func TestConcurrencyCap(t *testing.T) {
+	l := limiter.New()
+	var held []*limiter.Slot
+	for range 3 {
+		s, ok := l.Acquire("t", 3)
+		if !ok {
+			t.Fatal("a free slot was refused")
+		}
+		held = append(held, s)
+	}
+	if _, ok := l.Acquire("t", 3); ok {
+		t.Fatal("a 4th slot of 3 was granted")
+	}
+	held[0].Release()
+	held[0].Release() // idempotent
+	if l.InUse("t") != 2 {
+		t.Fatalf("in use %d after one release", l.InUse("t"))
+	}
+	if _, ok := l.Acquire("t", 3); !ok {
+		t.Fatal("a released slot was not given back")
+	}
+	var wg sync.WaitGroup
+	var granted atomic.Int64
+	for range 50 {
+		wg.Go(func() {
+			if s, ok := l.Acquire("c", 10); ok {
+				granted.Add(1)
+				_ = s
+			}
+		})
+	}
+	wg.Wait()
+	if granted.Load() != 10 {
+		t.Fatalf("granted %d of a cap of 10 under contention", granted.Load())
 	}
 }
