@@ -71,6 +71,7 @@ type Limiter struct {
 	log   *slog.Logger
 	sweep time.Duration
 	keys  *table
+	conc  concurrency
 }
 
 // Option configures a Limiter.
