@@ -165,7 +165,7 @@ func (l *Limiter) decideOne(r *Request, now int64, dry bool) Result {
 	switch r.Op {
 	case Refund:
 		for i, w := range r.Rule.Windows {
-			refund(&e.counters[i], w, r.Rule.Algorithm, now, hits)
+			e.counters[i].Refund(w, r.Rule.Algorithm, now, hits)
 		}
 		return l.finish(e, r.Rule, now, true, 0)
 	case Check:
@@ -175,17 +175,17 @@ func (l *Limiter) decideOne(r *Request, now int64, dry bool) Result {
 	wt := waitAll(e.counters, r.Rule, now, hits)
 	if !dry && (wt == 0 || r.Rule.AlwaysCharge) {
 		for i, w := range r.Rule.Windows {
-			charge(&e.counters[i], w, r.Rule.Algorithm, now, hits)
+			e.counters[i].Charge(w, r.Rule.Algorithm, now, hits)
 		}
 	}
 	return l.finish(e, r.Rule, now, wt == 0, wt)
 }
 
 // waitAll is the longest wait over the rule's windows for n units.
-func waitAll(cs []counter, rule *Rule, now int64, n uint64) time.Duration {
+func waitAll(cs []WindowState, rule *Rule, now int64, n uint64) time.Duration {
 	var longest time.Duration
 	for i, w := range rule.Windows {
-		longest = max(longest, wait(cs[i], w, rule.Algorithm, now, n))
+		longest = max(longest, cs[i].Wait(w, rule.Algorithm, now, n))
 	}
 	return longest
 }
@@ -197,12 +197,12 @@ func (l *Limiter) finish(e *entry, rule *Rule, now int64, allowed bool, wt time.
 	var fresh int64
 	for i, w := range rule.Windows {
 		c := e.counters[i]
-		rem := remaining(c, w, rule.Algorithm, now)
+		rem := c.Remaining(w, rule.Algorithm, now)
 		if i == 0 || rem < res.Remaining {
 			res.Limit, res.Period, res.Remaining = w.Limit, w.Period, rem
-			res.Reset = untilReset(c, w, rule.Algorithm, now)
+			res.Reset = c.UntilReset(w, rule.Algorithm, now)
 		}
-		fresh = max(fresh, freshAt(c, w, rule.Algorithm))
+		fresh = max(fresh, c.FreshAt(w, rule.Algorithm))
 	}
 	e.fresh.Store(fresh)
 	if !allowed {
@@ -212,15 +212,15 @@ func (l *Limiter) finish(e *entry, rule *Rule, now int64, allowed bool, wt time.
 	return res
 }
 
-// finiteWait replaces never (a request larger than a window can hold) by
+// finiteWait replaces Never (a request larger than a window can hold) by
 // the time until the longest window resets.
-func finiteWait(wt time.Duration, cs []counter, rule *Rule, now int64) time.Duration {
-	if wt != never {
+func finiteWait(wt time.Duration, cs []WindowState, rule *Rule, now int64) time.Duration {
+	if wt != Never {
 		return wt
 	}
 	var d time.Duration
 	for i, w := range rule.Windows {
-		d = max(d, untilReset(cs[i], w, rule.Algorithm, now), w.Period-time.Duration(now%int64(w.Period)))
+		d = max(d, cs[i].UntilReset(w, rule.Algorithm, now), w.Period-time.Duration(now%int64(w.Period)))
 	}
 	return d
 }
@@ -235,7 +235,7 @@ func (l *Limiter) rollback(reqs []Request, out []Result, now int64) {
 		hits := max(r.Hits, 1)
 		e := l.keys.lock(r.Key, r.Rule)
 		for j, w := range r.Rule.Windows {
-			undo(&e.counters[j], w, r.Rule.Algorithm, now, now, hits)
+			e.counters[j].undo(w, r.Rule.Algorithm, now, now, hits)
 		}
 		out[i] = l.finish(e, r.Rule, now, true, 0)
 		e.mu.Unlock()
@@ -271,11 +271,11 @@ func (l *Limiter) Snapshot(prefix string, limit int) []KeyState {
 		ks := KeyState{Key: e.key, Algorithm: e.rule.Algorithm.String()}
 		for i, w := range e.rule.Windows {
 			c := e.counters[i]
-			c.roll(w, now)
-			v := WinView{Limit: w.Limit, Period: w.Period, TAT: c.tat,
-				Remaining: remaining(c, w, e.rule.Algorithm, now)}
+			c.Roll(w, now)
+			v := WinView{Limit: w.Limit, Period: w.Period, TAT: c.TAT,
+				Remaining: c.Remaining(w, e.rule.Algorithm, now)}
 			if e.rule.Algorithm != TokenBucket {
-				v.Used, v.Prev, v.Start, v.TAT = c.cur, c.prev, c.epoch*int64(w.Period), 0
+				v.Used, v.Prev, v.Start, v.TAT = c.Cur, c.Prev, c.Epoch*int64(w.Period), 0
 			}
 			ks.Windows = append(ks.Windows, v)
 		}

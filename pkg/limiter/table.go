@@ -29,7 +29,7 @@ type entry struct {
 	mu       sync.Mutex
 	key      string
 	rule     *Rule
-	counters []counter
+	counters []WindowState
 	dead     bool         // removed from the table; look the key up again
 	fresh    atomic.Int64 // ns instant from which the state equals a new key's
 }
@@ -61,7 +61,7 @@ func (t *table) lock(key []byte, rule *Rule) *entry {
 		e.mu.Lock()
 		if !e.dead {
 			if len(e.counters) != n {
-				e.counters = make([]counter, n)
+				e.counters = make([]WindowState, n)
 			}
 			e.rule = rule
 			return e
@@ -76,7 +76,7 @@ func (t *table) insert(s *shard, key []byte, n int) *entry {
 	if e := s.m[string(key)]; e != nil {
 		return e
 	}
-	e := &entry{key: string(key), counters: make([]counter, n)}
+	e := &entry{key: string(key), counters: make([]WindowState, n)}
 	s.m[e.key] = e
 	t.size.Add(1)
 	return e
