@@ -1,0 +1,162 @@
+package limiter
+
+import (
+	"math"
+	"time"
+)
+
+// The store protocol counts time in microseconds since the Unix epoch:
+// exact in the doubles of Redis's Lua until the year 2255, and fine enough
+// for a token bucket of a million units per second. KeyRecord.Sync runs
+// the window maths with now and periods in that unit.
+
+// storeWindows expresses ws with periods counted in microseconds, the unit
+// of the store's clock.
+func storeWindows(ws []Window) []Window {
+	out := make([]Window, len(ws))
+	for i, w := range ws {
+		out[i] = w
+		out[i].Period = w.Period / time.Microsecond
+	}
+	return out
+}
+
+// KeyRecord is what a store keeps for one rate key: its windows' state and
+// the replicas' reservations. Sync is the credit protocol; the Redis
+// scripts are a port of it.
+//
+// Invariant: after every Sync, for every window, usage + Σ reservations ≤
+// capacity (while no replica pushes hits it was not granted). A replica
+// admits locally only what its reservation covers, so the replicas
+// together never admit more than the limit.
+type KeyRecord struct {
+	Windows      []WindowState
+	Reservations map[string]Reservation
+}
+
+// Reservation is one replica's claim on a key's budget.
+type Reservation struct {
+	Units   uint64
+	Expires int64 // store clock, Unix µs
+}
+
+// Sync applies one replica's item at now (store clock, µs):
+//
+//  1. drop expired reservations and sum the other replicas' live ones;
+//  2. charge the pushed hits, each to the window it was admitted in (always
+//     recorded, even past the limit: the excess is debt later denials pay);
+//  3. avail = min over windows (remaining − others);
+//  4. keep the part of the replica's unused credit its old reservation
+//     still backs and avail still holds;
+//  5. grant min(want, ⌊share · free / N⌋) of what is left;
+//  6. last mile: when waiters need more than that split gives, grant them
+//     directly from what is left, whatever N;
+//  7. record the reservation (kept + granted) until now + lease.
+func (r *KeyRecord) Sync(replica string, it *SyncItem, now int64) SyncResult {
+	ws := storeWindows(it.Windows)
+	if len(r.Windows) != len(ws) {
+		r.Windows = make([]WindowState, len(it.Windows))
+	}
+	if r.Reservations == nil {
+		r.Reservations = make(map[string]Reservation)
+	}
+	var own, others uint64
+	for id, res := range r.Reservations {
+		switch {
+		case res.Expires <= now:
+			delete(r.Reservations, id)
+		case id == replica:
+			own = res.Units
+		default:
+			others = satAdd(others, res.Units)
+		}
+	}
+	r.charge(it, ws, now)
+	avail := uint64(math.MaxUint64)
+	for i, w := range ws {
+		r.Windows[i].Roll(w, now)
+		avail = min(avail, satSub(r.Windows[i].Remaining(w, it.Algorithm, now), others))
+	}
+	kept := min(it.Unused, own, avail)
+	free := avail - kept
+	grant := min(it.Want, splitShare(free, it.Share, it.Replicas))
+	if it.Waiting > grant {
+		grant = max(grant, min(it.Waiting, free))
+	}
+	if mine := kept + grant; mine > 0 {
+		r.Reservations[replica] = Reservation{Units: mine, Expires: now + int64(it.Lease/time.Microsecond)}
+	} else {
+		delete(r.Reservations, replica)
+	}
+	out := make([]WindowState, len(r.Windows))
+	copy(out, r.Windows)
+	return SyncResult{Credit: kept + grant, Others: others, Windows: out, Now: now}
+}
+
+func (r *KeyRecord) charge(it *SyncItem, ws []Window, now int64) {
+	for _, h := range it.Hits {
+		for i, w := range ws {
+			if h.N >= 0 {
+				r.Windows[i].ChargeAt(w, it.Algorithm, h.At, now, uint64(h.N))
+			} else {
+				r.Windows[i].Refund(w, it.Algorithm, now, uint64(-h.N))
+			}
+		}
+	}
+}
+
+// splitShare is ⌊share · free / n⌋ with share clamped to (0, 1] (zero
+// means 1) and n at least 1.
+func splitShare(free uint64, share float64, n int) uint64 {
+	if share <= 0 || share > 1 {
+		share = 1
+	}
+	n = max(n, 1)
+	return uint64(math.Floor(share*float64(free))) / uint64(n)
+}
+
+// ExpiresAt is when the record may be forgotten: its windows are fresh
+// and no reservation is live.
+func (r *KeyRecord) ExpiresAt(a Algorithm, ws []Window) int64 {
+	var t int64
+	for i, w := range storeWindows(ws) {
+		if i < len(r.Windows) {
+			t = max(t, r.Windows[i].FreshAt(w, a))
+		}
+	}
+	for _, res := range r.Reservations {
+		t = max(t, res.Expires)
+	}
+	return t
+}
+
+// ConcRecord is what a store keeps for one concurrency key: each
+// replica's published slots (held + reserved).
+type ConcRecord struct {
+	Replicas map[string]Reservation
+}
+
+// Sync publishes replica's slots: granted = max(held, min(held + want,
+// max − others)), so held slots are never revoked and spare ones are
+// reserved only from what the others leave.
+func (r *ConcRecord) Sync(replica string, it *SlotItem, now int64) SlotResult {
+	if r.Replicas == nil {
+		r.Replicas = make(map[string]Reservation)
+	}
+	var others uint64
+	for id, res := range r.Replicas {
+		switch {
+		case res.Expires <= now:
+			delete(r.Replicas, id)
+		case id != replica:
+			others = satAdd(others, res.Units)
+		}
+	}
+	granted := max(it.Held, min(satAdd(it.Held, it.Want), satSub(it.Max, others)))
+	if granted > 0 {
+		r.Replicas[replica] = Reservation{Units: granted, Expires: now + int64(it.Lease/time.Microsecond)}
+	} else {
+		delete(r.Replicas, replica)
+	}
+	return SlotResult{Granted: granted, Others: others, Now: now}
+}

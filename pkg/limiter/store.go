@@ -1,0 +1,109 @@
+package limiter
+
+import (
+	"context"
+	"errors"
+	"time"
+)
+
+// Store is the shared state behind the credit engine: per key, the
+// windows' counters and each replica's reservation; per concurrency key,
+// each replica's held and reserved slots; and the replica registry. The
+// Limiter calls it from its background sync loop only, never on the
+// request path except for a waiter bounded by the rule's StoreTimeout.
+//
+// Every method is one round trip and takes a batch, so a sync round costs
+// one pipeline however many keys are due. All instants are the store's
+// clock in Unix microseconds (Redis TIME), so replica clocks may disagree;
+// window states in replies count time in the same unit. Implementations
+// must apply the maths of KeyRecord.Sync and ConcRecord.Sync exactly: the
+// in-process reference store (package memstore) is their executable
+// specification, and a parity test holds the Redis store to it.
+type Store interface {
+	// Sync applies items for replica, writing one SyncResult per item.
+	Sync(ctx context.Context, replica string, items []SyncItem, out []SyncResult) error
+	// SyncSlots applies concurrency items for replica.
+	SyncSlots(ctx context.Context, replica string, items []SlotItem, out []SlotResult) error
+	// Heartbeat renews replica's lease and counts the live replicas.
+	Heartbeat(ctx context.Context, replica string, lease time.Duration) (Membership, error)
+	// Release drops replica's reservations on keys and its slots on
+	// slotKeys (shutdown, idle hand-back).
+	Release(ctx context.Context, replica string, keys, slotKeys []string) error
+	// Leave removes replica from the registry.
+	Leave(ctx context.Context, replica string) error
+}
+
+// ErrStoreUnavailable wraps store errors that mean "cannot be reached".
+var ErrStoreUnavailable = errors.New("store unavailable")
+
+// Membership is the registry's answer to a heartbeat.
+type Membership struct {
+	Replicas int   // live replicas, at least 1
+	Now      int64 // store clock, Unix µs
+}
+
+// Hit is a number of units admitted at an instant (store clock, Unix µs).
+// A negative N is a refund.
+type Hit struct {
+	At int64
+	N  int64
+}
+
+// SyncItem is one key's part of a sync round.
+type SyncItem struct {
+	Key       string
+	Algorithm Algorithm
+	Windows   []Window
+	// Hits admitted since the last round, charged to the windows they were
+	// admitted in. They are recorded even past the limit.
+	Hits []Hit
+	// Unused is the credit the replica still holds unspent and keeps if
+	// its reservation still backs it.
+	Unused uint64
+	// Want is the new credit wanted on top of Unused.
+	Want uint64
+	// Waiting is the units requests are waiting for (last mile).
+	Waiting uint64
+	// Share is the fraction of the free budget replicas may hold as credit
+	// (local_allowance, at most 1).
+	Share float64
+	// Replicas is N, the live replicas the caller last saw (at least 1).
+	Replicas int
+	// Lease is how long the reservation stays valid without a sync.
+	Lease time.Duration
+}
+
+// SyncResult is a store's answer for one SyncItem.
+type SyncResult struct {
+	// Credit is the replica's reservation now: kept + granted units it may
+	// admit locally until Now + Lease.
+	Credit uint64
+	// Others is the sum of the other replicas' live reservations.
+	Others uint64
+	// Windows is the state after charging, for denials and headers, with
+	// time in µs (TAT) and epochs as window indexes.
+	Windows []WindowState
+	// Now is the store clock when the item was applied.
+	Now int64
+}
+
+// SlotItem is one concurrency key's part of a sync round.
+type SlotItem struct {
+	Key string
+	// Max is the cluster-wide cap.
+	Max uint64
+	// Held is the slots the replica holds now; Want the spare slots it
+	// would like reserved on top.
+	Held, Want uint64
+	Lease      time.Duration
+}
+
+// SlotResult is a store's answer for one SlotItem.
+type SlotResult struct {
+	// Granted is the slots the replica may hold (held + reserved); it is
+	// never below Held, as held slots cannot be revoked.
+	Granted uint64
+	// Others is the sum of the other replicas' published slots.
+	Others uint64
+	Now    int64
+}
