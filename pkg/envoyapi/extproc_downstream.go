@@ -1,0 +1,177 @@
+package envoyapi
+
+import (
+	"context"
+	"log/slog"
+	"strconv"
+
+	extprocfilterv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/ext_proc/v3"
+	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
+
+	"github.com/ratelimit-svc/ratelimit-svc/pkg/limiter"
+	"github.com/ratelimit-svc/ratelimit-svc/pkg/policy"
+)
+
+// downstream is one request seen by the filter before the router: it
+// picks the serving hop of the requested target's fallback chain, routes
+// the request to it, and holds the hop's concurrency slot until the
+// stream ends.
+type downstream struct {
+	x    *ExtProc
+	ctx  context.Context
+	snap *policy.Snapshot
+
+	asked        string // x-resil-target as the client sent it
+	spoofed      bool   // the client sent x-resil-fallback-from itself
+	awaitingBody bool   // the decision waits for the buffered body
+
+	hop    *policy.Target // the serving hop; nil when the request passes untouched
+	rate   limiter.Result
+	slot   *limiter.Slot
+	charge bool // the response body was asked for, to charge its tokens
+}
+
+// requestHeaders reads the routing header. The decision waits for the
+// body when Envoy buffers one; otherwise it is made now, on the header.
+func (d *downstream) requestHeaders(req *extprocv3.ProcessingRequest, h *extprocv3.HttpHeaders) (*extprocv3.ProcessingResponse, error) {
+	d.snap = d.x.policies.Current()
+	hs := headersOf(h)
+	d.asked, _ = hs.get(hdrTarget)
+	_, d.spoofed = hs.get(hdrFallbackFrom)
+	if !h.GetEndOfStream() && buffersBody(req.GetProtocolConfig().GetRequestBodyMode(), req.GetProtocolConfig() != nil) {
+		d.awaitingBody = true
+		return headersResponse(false, nil), nil
+	}
+	return d.route(nil, false)
+}
+
+// buffersBody reports whether Envoy sends the request body whole. Without
+// a protocol_config the filter is taken to be configured as documented
+// for this role: BUFFERED.
+func buffersBody(m extprocfilterv3.ProcessingMode_BodySendMode, known bool) bool {
+	return !known || m == extprocfilterv3.ProcessingMode_BUFFERED || m == extprocfilterv3.ProcessingMode_BUFFERED_PARTIAL
+}
+
+// requestBody makes the decision on the buffered body; any other body
+// message (streamed chunks) passes untouched.
+func (d *downstream) requestBody(b *extprocv3.HttpBody) (*extprocv3.ProcessingResponse, error) {
+	if !d.awaitingBody {
+		return bodyResponse(false, nil), nil
+	}
+	d.awaitingBody = false
+	return d.route(b.GetBody(), true)
+}
+
+// route resolves the requested target, walks its chain and answers the
+// message that completed the request: a routing mutation, a local reply,
+// or nothing for a request that is not ours.
+func (d *downstream) route(body []byte, inBody bool) (*extprocv3.ProcessingResponse, error) {
+	root, model, hasModel := d.requested(body)
+	if root == nil {
+		d.x.metrics.verdict(d.ctx, roleDownstream, "passthrough")
+		return passResponse(inBody), nil
+	}
+	c, err := d.x.choose(d.ctx, d.snap, root)
+	if err != nil {
+		return nil, err
+	}
+	if c.hop == nil {
+		resp, outcome := d.x.refuse(root, &c)
+		d.x.metrics.verdict(d.ctx, roleDownstream, outcome)
+		d.x.log.LogAttrs(d.ctx, slog.LevelDebug, "no eligible hop", slog.String("target", root.Name), slog.String("outcome", outcome))
+		return resp, nil
+	}
+	d.hop, d.rate, d.slot = c.hop, c.rate, c.slot
+	outcome := "served"
+	if c.hop != root {
+		outcome = "fallback"
+	}
+	d.x.metrics.verdict(d.ctx, roleDownstream, outcome)
+	return d.forward(root, body, model, hasModel, inBody), nil
+}
+
+// requested is the target the client asked for: the x-resil-target
+// header, else the body's model (a target name, then a target's model).
+func (d *downstream) requested(body []byte) (*policy.Target, modelField, bool) {
+	model, hasModel := findModel(body)
+	if d.asked != "" {
+		return d.snap.Target(d.asked), model, hasModel
+	}
+	if !hasModel {
+		return nil, model, false
+	}
+	if t := d.snap.Target(model.value); t != nil {
+		return t, model, true
+	}
+	return d.snap.TargetByModel(model.value), model, true
+}
+
+// forward routes the request to the serving hop: x-resil-target always,
+// and, for a body naming another model than the hop's, the body with only
+// its model replaced and a content-length to match.
+func (d *downstream) forward(root *policy.Target, body []byte, model modelField, hasModel, inBody bool) *extprocv3.ProcessingResponse {
+	var m mutation
+	m.put(hdrTarget, d.hop.Name)
+	if d.hop != root {
+		m.put(hdrFallbackFrom, root.Name)
+	} else if d.spoofed {
+		m.del(hdrFallbackFrom)
+	}
+	var newBody []byte
+	if inBody && hasModel && model.value != d.hop.Model {
+		newBody = model.withModel(body, d.hop.Model)
+		m.put(hdrContentLen, strconv.Itoa(len(newBody)))
+	}
+	cr := common(&m, newBody, d.asked != d.hop.Name)
+	if inBody {
+		return bodyResponse(false, cr)
+	}
+	return headersResponse(false, cr)
+}
+
+// passResponse lets the message through unchanged.
+func passResponse(inBody bool) *extprocv3.ProcessingResponse {
+	if inBody {
+		return bodyResponse(false, nil)
+	}
+	return headersResponse(false, nil)
+}
+
+// responseHeaders rewrites the response for the client: the hop's
+// x-ratelimit-* headers, a standard retry-after from the upstream's hint,
+// the expose list, and no internal headers. A JSON success of a target
+// with a token budget asks for the body, to charge its usage.
+func (d *downstream) responseHeaders(_ *extprocv3.ProcessingRequest, h *extprocv3.HttpHeaders) (*extprocv3.ProcessingResponse, error) {
+	hs := headersOf(h)
+	m := d.x.clientHeaders(hs, d.hop != nil && d.rate.Limit > 0, d.rate)
+	resp := headersResponse(true, common(&m, nil, false))
+	st := hs.status()
+	if d.hop != nil && d.hop.TokenLimit != nil && d.x.deps.Limits != nil &&
+		st >= 200 && st < 300 && !h.GetEndOfStream() && hs.isJSON() {
+		d.charge = true
+		resp.ModeOverride = bufferResponseBody()
+	}
+	return resp, nil
+}
+
+// responseBody charges the tokens a buffered response reports to the
+// hop's token budget. The charge happened: it is recorded even past the
+// limit (the rule charges always), as debt later requests pay back.
+func (d *downstream) responseBody(b *extprocv3.HttpBody) (*extprocv3.ProcessingResponse, error) {
+	if !d.charge {
+		return bodyResponse(true, nil), nil
+	}
+	d.charge = false
+	if n, ok := totalTokens(b.GetBody()); ok {
+		reqs := []limiter.Request{{Key: tokenKey(d.hop), Rule: d.hop.TokenLimit, Hits: n, Op: limiter.Charge}}
+		out := make([]limiter.Result, 1)
+		if _, err := d.x.deps.Limits.Decide(reqs, out); err != nil {
+			d.x.log.LogAttrs(d.ctx, slog.LevelWarn, "token charge failed",
+				slog.String("target", d.hop.Name), slog.Uint64("tokens", n), slog.Any("error", err))
+		}
+	}
+	return bodyResponse(true, nil), nil
+}
+
+// end gives the hop's slot back, however the stream ended.
+func (d *downstream) end() { d.slot.Release() }

@@ -1,0 +1,187 @@
+package envoyapi
+
+import (
+	"strconv"
+	"strings"
+
+	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	extprocfilterv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/ext_proc/v3"
+	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
+)
+
+// Headers this service reads and writes. Every x-resil-* header is
+// internal: the downstream role removes them from responses.
+const (
+	hdrTarget       = "x-resil-target"
+	hdrFallbackFrom = "x-resil-fallback-from"
+	hdrRetry        = "x-resil-retry"
+	hdrRetryAfter   = "x-resil-retry-after"
+	internalPrefix  = "x-resil-"
+
+	hdrAttemptCount  = "x-envoy-attempt-count"
+	hdrStatus        = ":status"
+	hdrContentType   = "content-type"
+	hdrContentLen    = "content-length"
+	hdrRetryAfterStd = "retry-after"
+	hdrExpose        = "access-control-expose-headers"
+	hdrLimit         = "x-ratelimit-limit"
+	hdrRemaining     = "x-ratelimit-remaining"
+	hdrReset         = "x-ratelimit-reset"
+
+	// attrNamespace keys the attributes Envoy's ext_proc filter sends.
+	attrNamespace = "envoy.filters.http.ext_proc"
+	attrCluster   = "xds.cluster_name"
+)
+
+// headerMap is a message's header list as Envoy sends it: lower-case keys,
+// values in raw_value.
+type headerMap []*corev3.HeaderValue
+
+func headersOf(h *extprocv3.HttpHeaders) headerMap { return h.GetHeaders().GetHeaders() }
+
+// rawValue reads a header's value from raw_value, where Envoy puts it,
+// falling back to value.
+func rawValue(hv *corev3.HeaderValue) string {
+	if len(hv.GetRawValue()) > 0 {
+		return string(hv.GetRawValue())
+	}
+	return hv.GetValue()
+}
+
+// get returns the first value of name.
+func (h headerMap) get(name string) (string, bool) {
+	for _, hv := range h {
+		if strings.EqualFold(hv.GetKey(), name) {
+			return rawValue(hv), true
+		}
+	}
+	return "", false
+}
+
+// Values returns every value of name, so a headerMap is a
+// resilience.Headers.
+func (h headerMap) Values(name string) []string {
+	var out []string
+	for _, hv := range h {
+		if strings.EqualFold(hv.GetKey(), name) {
+			out = append(out, rawValue(hv))
+		}
+	}
+	return out
+}
+
+// status is the :status of a response, 0 when absent or malformed.
+func (h headerMap) status() int {
+	v, _ := h.get(hdrStatus)
+	n, err := strconv.Atoi(v)
+	if err != nil {
+		return 0
+	}
+	return n
+}
+
+// isJSON reports whether the content-type is JSON (application/json or a
+// +json type).
+func (h headerMap) isJSON() bool {
+	ct, _ := h.get(hdrContentType)
+	ct, _, _ = strings.Cut(strings.ToLower(ct), ";")
+	ct = strings.TrimSpace(ct)
+	return ct == "application/json" || strings.HasSuffix(ct, "+json")
+}
+
+// internal lists the distinct x-resil-* header names present.
+func (h headerMap) internal() []string {
+	var out []string
+	for _, hv := range h {
+		k := strings.ToLower(hv.GetKey())
+		if strings.HasPrefix(k, internalPrefix) && !contains(out, k) {
+			out = append(out, k)
+		}
+	}
+	return out
+}
+
+func contains(list []string, s string) bool {
+	for _, v := range list {
+		if v == s {
+			return true
+		}
+	}
+	return false
+}
+
+// mutation builds a HeaderMutation by Envoy's rules: values in raw_value
+// only, overwrite with append unset (AppendAction is also set to
+// overwrite, which readers of either field agree on).
+type mutation struct {
+	set    []*corev3.HeaderValueOption
+	remove []string
+}
+
+func (m *mutation) put(key, value string) {
+	m.set = append(m.set, &corev3.HeaderValueOption{
+		Header:       &corev3.HeaderValue{Key: key, RawValue: []byte(value)},
+		AppendAction: corev3.HeaderValueOption_OVERWRITE_IF_EXISTS_OR_ADD,
+	})
+}
+
+func (m *mutation) del(key string) { m.remove = append(m.remove, key) }
+
+// proto is the mutation, nil when it changes nothing.
+func (m *mutation) proto() *extprocv3.HeaderMutation {
+	if len(m.set) == 0 && len(m.remove) == 0 {
+		return nil
+	}
+	return &extprocv3.HeaderMutation{SetHeaders: m.set, RemoveHeaders: m.remove}
+}
+
+// common wraps a mutation (and an optional body) in a CommonResponse; nil
+// when there is nothing to say. clearRoute is only set together with a
+// header mutation, the only way Envoy honours it.
+func common(m *mutation, body []byte, clearRoute bool) *extprocv3.CommonResponse {
+	hm := m.proto()
+	if hm == nil && body == nil {
+		return nil
+	}
+	cr := &extprocv3.CommonResponse{HeaderMutation: hm, ClearRouteCache: clearRoute && hm != nil}
+	if body != nil {
+		cr.BodyMutation = &extprocv3.BodyMutation{Mutation: &extprocv3.BodyMutation_Body{Body: body}}
+	}
+	return cr
+}
+
+// headersResponse answers a headers message of the request or response
+// path.
+func headersResponse(response bool, cr *extprocv3.CommonResponse) *extprocv3.ProcessingResponse {
+	hr := &extprocv3.HeadersResponse{Response: cr}
+	if response {
+		return &extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_ResponseHeaders{ResponseHeaders: hr}}
+	}
+	return &extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_RequestHeaders{RequestHeaders: hr}}
+}
+
+// bodyResponse answers a body message of the request or response path.
+func bodyResponse(response bool, cr *extprocv3.CommonResponse) *extprocv3.ProcessingResponse {
+	br := &extprocv3.BodyResponse{Response: cr}
+	if response {
+		return &extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_ResponseBody{ResponseBody: br}}
+	}
+	return &extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_RequestBody{RequestBody: br}}
+}
+
+// bufferResponseBody is the mode_override that asks Envoy to send the
+// whole response body; header modes stay as configured.
+func bufferResponseBody() *extprocfilterv3.ProcessingMode {
+	return &extprocfilterv3.ProcessingMode{
+		RequestBodyMode:  extprocfilterv3.ProcessingMode_BUFFERED,
+		ResponseBodyMode: extprocfilterv3.ProcessingMode_BUFFERED,
+	}
+}
+
+// attributeOf reads one attribute Envoy sent with a message, "" if absent.
+func attributeOf(req *extprocv3.ProcessingRequest, name string) string {
+	return req.GetAttributes()[attrNamespace].GetFields()[name].GetStringValue()
+}
+
+// seconds renders a non-negative count of seconds as a plain integer.
+func seconds(n int64) string { return strconv.FormatInt(max(n, 0), 10) }
