@@ -1,0 +1,212 @@
+package envoytest
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+
+	extprocfilterv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/ext_proc/v3"
+	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
+)
+
+// path is the direction a message travels.
+type path struct {
+	response bool
+	headers  kind // the direction's headers message kind
+	body     kind
+}
+
+var (
+	requestPath  = path{response: false, headers: kindRequestHeaders, body: kindRequestBody}
+	responsePath = path{response: true, headers: kindResponseHeaders, body: kindResponseBody}
+)
+
+// SendRequest runs the request path: request_headers, then, when the body
+// is buffered, request_body (headers held until its answer). It returns
+// the request as the router forwards it, or the local reply that ended it.
+func (s *Stream) SendRequest(req Request) (Request, *LocalReply, error) {
+	h, body, local, err := s.run(requestPath, req.Headers, req.Body)
+	return Request{Headers: h, Body: body}, local, err
+}
+
+// SendResponse runs the response path: response_headers, then, when the
+// response body is buffered (configured or by mode_override), the
+// response_body. It returns the response as the client gets it.
+func (s *Stream) SendResponse(resp Response) (Response, *LocalReply, error) {
+	h, body, local, err := s.run(responsePath, resp.Headers, resp.Body)
+	return Response{Headers: h, Body: body}, local, err
+}
+
+func (s *Stream) run(p path, h Headers, body []byte) (Headers, []byte, *LocalReply, error) {
+	h = h.Clone()
+	hasBody := len(body) > 0
+	msg := headersMessage(p, h, !hasBody)
+	resp, err := s.exchange(msg, p.headers)
+	if err != nil || resp == nil {
+		return h, body, nil, err
+	}
+	if ir := resp.GetImmediateResponse(); ir != nil {
+		local, err := s.immediate(ir)
+		return h, body, local, err
+	}
+	s.modeOverride(resp.GetModeOverride(), true)
+	h, body, replaced, err := s.apply(p, false, h, body, commonOf(resp))
+	if err != nil || !hasBody || replaced || s.mode(p) != extprocfilterv3.ProcessingMode_BUFFERED {
+		return h, body, nil, err
+	}
+	resp, err = s.exchange(bodyMessage(p, body), p.body)
+	if err != nil || resp == nil {
+		return h, body, nil, err
+	}
+	if ir := resp.GetImmediateResponse(); ir != nil {
+		local, err := s.immediate(ir)
+		return h, body, local, err
+	}
+	if resp.GetModeOverride() != nil {
+		s.modeOverride(resp.GetModeOverride(), false)
+	}
+	h, body, _, err = s.apply(p, true, h, body, commonOf(resp))
+	return h, body, nil, err
+}
+
+func (s *Stream) mode(p path) extprocfilterv3.ProcessingMode_BodySendMode {
+	if p.response {
+		return s.respMode
+	}
+	return s.reqMode
+}
+
+// modeOverride applies a mode_override: only from a headers response and
+// only when the filter allows it; body modes replace the configured ones.
+func (s *Stream) modeOverride(m *extprocfilterv3.ProcessingMode, inHeaders bool) {
+	if m == nil {
+		return
+	}
+	if !inHeaders || !s.f.AllowModeOverride {
+		return
+	}
+	s.reqMode, s.respMode = m.GetRequestBodyMode(), m.GetResponseBodyMode()
+}
+
+func headersMessage(p path, h Headers, eos bool) *extprocv3.ProcessingRequest {
+	hh := &extprocv3.HttpHeaders{Headers: h.proto(), EndOfStream: eos}
+	if p.response {
+		return &extprocv3.ProcessingRequest{Request: &extprocv3.ProcessingRequest_ResponseHeaders{ResponseHeaders: hh}}
+	}
+	return &extprocv3.ProcessingRequest{Request: &extprocv3.ProcessingRequest_RequestHeaders{RequestHeaders: hh}}
+}
+
+func bodyMessage(p path, body []byte) *extprocv3.ProcessingRequest {
+	hb := &extprocv3.HttpBody{Body: body, EndOfStream: true}
+	if p.response {
+		return &extprocv3.ProcessingRequest{Request: &extprocv3.ProcessingRequest_ResponseBody{ResponseBody: hb}}
+	}
+	return &extprocv3.ProcessingRequest{Request: &extprocv3.ProcessingRequest_RequestBody{RequestBody: hb}}
+}
+
+func commonOf(r *extprocv3.ProcessingResponse) *extprocv3.CommonResponse {
+	switch v := r.GetResponse().(type) {
+	case *extprocv3.ProcessingResponse_RequestHeaders:
+		return v.RequestHeaders.GetResponse()
+	case *extprocv3.ProcessingResponse_ResponseHeaders:
+		return v.ResponseHeaders.GetResponse()
+	case *extprocv3.ProcessingResponse_RequestBody:
+		return v.RequestBody.GetResponse()
+	case *extprocv3.ProcessingResponse_ResponseBody:
+		return v.ResponseBody.GetResponse()
+	}
+	return nil
+}
+
+// apply applies a CommonResponse to held headers and body. replaced
+// reports CONTINUE_AND_REPLACE, which ends body processing in that
+// direction and drops content-length.
+func (s *Stream) apply(p path, inBody bool, h Headers, body []byte, cr *extprocv3.CommonResponse) (Headers, []byte, bool, error) {
+	if cr == nil {
+		return h, body, false, nil
+	}
+	replace := cr.GetStatus() == extprocv3.CommonResponse_CONTINUE_AND_REPLACE
+	if replace && inBody {
+		return h, body, false, fmt.Errorf("%w: CONTINUE_AND_REPLACE in a body response", ErrRejected)
+	}
+	h, err := s.applyHeaders(h, cr.GetHeaderMutation(), false)
+	if err != nil {
+		return h, body, false, err
+	}
+	if err := s.clearRoute(p, cr); err != nil {
+		return h, body, false, err
+	}
+	bm := cr.GetBodyMutation()
+	switch {
+	case replace:
+		return h.Del("content-length"), bm.GetBody(), true, nil
+	case bm == nil:
+		return h, body, false, nil
+	case !inBody:
+		return h, body, false, fmt.Errorf("%w: body_mutation in a headers response without CONTINUE_AND_REPLACE", ErrRejected)
+	case bm.GetStreamedResponse() != nil:
+		return h, body, false, fmt.Errorf("%w: streamed_response outside FULL_DUPLEX_STREAMED", ErrRejected)
+	}
+	newBody := bm.GetBody()
+	if bm.GetClearBody() {
+		newBody = nil
+	}
+	if cl, ok := h.Get("content-length"); ok && cl != strconv.Itoa(len(newBody)) {
+		return h, body, false, fmt.Errorf("%w: mismatch between content length (%s) and the length of the mutated body (%d)",
+			ErrRejected, cl, len(newBody))
+	}
+	return h, newBody, false, nil
+}
+
+// clearRoute honours clear_route_cache as Envoy does: only with a header
+// mutation in the same response, on the request path, downstream.
+func (s *Stream) clearRoute(p path, cr *extprocv3.CommonResponse) error {
+	if !cr.GetClearRouteCache() {
+		return nil
+	}
+	if cr.GetHeaderMutation() != nil && !p.response && !s.f.Upstream {
+		s.routeCleared = true
+		return nil
+	}
+	return s.ignored(&s.stats.ClearRouteCacheIgnored, "clear_route_cache without effect")
+}
+
+// Exchange is one HTTP exchange through one filter.
+type Exchange struct {
+	// Forwarded is the request the router sends upstream; zero when a
+	// local reply answered the request.
+	Forwarded Request
+	// Response is what the client receives: the processed upstream
+	// response, or the local reply.
+	Response Response
+	// Local is set when the processor answered with a local reply.
+	Local        *LocalReply
+	RouteCleared bool
+	Stats        Stats
+}
+
+// RoundTrip runs a whole exchange on a new stream: the request path, the
+// upstream (called with the forwarded request) unless a local reply ended
+// the request, the response path, and the half-close.
+func (f *Filter) RoundTrip(ctx context.Context, req Request, upstream func(Request) Response) (Exchange, error) {
+	s, err := f.Open(ctx)
+	if err != nil {
+		return Exchange{}, err
+	}
+	defer s.Cancel()
+	var x Exchange
+	fwd, local, err := s.SendRequest(req)
+	if err == nil && local == nil {
+		x.Forwarded = fwd
+		x.Response, local, err = s.SendResponse(upstream(fwd))
+	}
+	if err == nil {
+		err = s.Finish()
+	}
+	if local != nil {
+		x.Local = local
+		x.Response = Response{Headers: local.Headers, Body: local.Body}
+	}
+	x.RouteCleared, x.Stats = s.RouteCleared(), s.Stats()
+	return x, err
+}
