@@ -42,7 +42,7 @@ func TestExtProcTargetSources(t *testing.T) {
 	r := newExtRig(t)
 	cases := []struct {
 		name, model, header, want, wantModel string
-		cleared                               bool
+		cleared                              bool
 	}{
 		{"body names a target", "tertiary", "", "tertiary", "gamma-small", true},
 		{"body names a model", "beta-medium", "", "secondary", "beta-medium", true},
