@@ -1,0 +1,50 @@
+// Package redisstore is the Redis implementation of limiter.Store: the
+// shared state of the credit protocol, kept in Redis (single node,
+// Sentinel or Cluster) and changed only by Lua scripts that port
+// limiter.KeyRecord.Sync and limiter.ConcRecord.Sync. The in-process
+// store (package memstore) is their executable specification, and a
+// parity test holds every reply of these scripts to it, field by field.
+//
+// Key layout. Every key starts with a hash tag of 16 hex digits, a 64-bit
+// FNV-1a hash of the service and the limiter key, so all of a key's state
+// sits in one Redis hash in one cluster slot, and no byte of a descriptor
+// ('{', '}', '|', ':', binary) can move it to another slot. The service
+// (':' and '\' escaped) and the full limiter key follow, so distinct keys
+// never share a Redis key:
+//
+//	[prefix]{h}:r:<service>:<key>   rate key: a hash of
+//	                                  x       record expiry (µs)
+//	                                  w       window states
+//	                                  r:<id>  replica id's reservation
+//	[prefix]{h}:c:<service>:<key>   concurrency key: r:<id> → id's slots
+//	[prefix]{h}:n:<service>         replica registry: a sorted set of
+//	                                replica ids scored by lease expiry
+//
+// Every key carries a PEXPIREAT at the instant the reference store would
+// forget it, so idle keys cost no memory.
+//
+// Scripts (embedded, loaded once, run with EVALSHA and reloaded on
+// NOSCRIPT): rate (one rate key's sync), slots (one concurrency key's
+// sync) and heartbeat (renew a lease, drop expired ones, count live
+// replicas). Release and Leave are plain HDEL and ZREM.
+//
+// Clock. Scripts read Redis TIME, in microseconds since the Unix epoch,
+// so replica clocks may disagree. Lua numbers are doubles: the scripts
+// keep every value an integer below 2^53 (instants until the year 2255,
+// counts far beyond limiter's 2^40 cap) and compute the sliding window's
+// products, which may pass 2^53, with exact long multiplication. Inputs
+// above 2^53 - 1 (wanted units, pushed hits) are clamped, which changes
+// no result while limits stay below 2^53.
+//
+// Round trips. Sync and SyncSlots send one EVALSHA per item in one
+// pipeline (split per node by a cluster client). The store never retries:
+// the sync loop's next tick is the retry, so configure the client without
+// retries. A round that fails may still have applied some of its items;
+// replaying one only over-counts (hits are charged twice), never
+// over-admits.
+//
+// Errors wrap limiter.ErrStoreUnavailable when Redis cannot be reached
+// (connection, timeout, loading, failover, cluster down).
+//
+// A Store is safe for concurrent use.
+package redisstore

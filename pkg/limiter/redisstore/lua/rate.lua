@@ -1,0 +1,207 @@
+-- rate: one replica's sync of one rate key, KeyRecord.Sync in package
+-- limiter (the store's reference maths), applied at Redis TIME.
+--
+-- KEYS[1]  the key's hash:
+--            x      the record's expiry, µs (memstore's keyEntry.expires)
+--            w      window states, "epoch cur prev tat" per window,
+--                   separated by ","
+--            r:<id> replica id's reservation, "units expires(µs)"
+-- ARGV     replica, algorithm (0 fixed, 1 sliding, 2 token bucket), n
+--          windows, then per window: period(µs) limit capacity; unused,
+--          want, waiting, share, replicas, lease(µs), n hits, then per
+--          hit: at(µs) units (negative: a refund).
+-- Reply    now, credit, others, then per window: epoch cur prev tat.
+
+local FIXED, SLIDING, BUCKET = 0, 1, 2
+
+local key = KEYS[1]
+local replica = ARGV[1]
+local alg = tonumber(ARGV[2])
+local nw = tonumber(ARGV[3])
+local ws = {}
+local a = 4
+for i = 1, nw do
+  ws[i] = {p = tonumber(ARGV[a]), limit = tonumber(ARGV[a + 1]), cap = tonumber(ARGV[a + 2])}
+  a = a + 3
+end
+local unused, want, waiting = tonumber(ARGV[a]), tonumber(ARGV[a + 1]), tonumber(ARGV[a + 2])
+local share, nrep, lease = tonumber(ARGV[a + 3]), tonumber(ARGV[a + 4]), tonumber(ARGV[a + 5])
+local nh = tonumber(ARGV[a + 6])
+local hits = a + 7
+
+local now = clock()
+
+-- WindowState.Roll
+local function roll(s, p)
+  local e = idiv(now, p)
+  if e <= s.epoch then return end
+  if e == s.epoch + 1 then
+    s.prev = s.cur
+  else
+    s.prev = 0
+  end
+  s.cur = 0
+  s.epoch = e
+end
+
+-- interval: the token bucket's emission interval, rounded up.
+local function interval(w)
+  return idiv(w.p + w.limit - 1, w.limit)
+end
+
+-- WindowState.weightedPrev: prev·left/p rounded up; s rolled to now.
+local function weighted_prev(s, p)
+  if s.prev == 0 then return 0 end
+  local left = p - (now - s.epoch * p)
+  local q, r = muldiv(s.prev, left, p)
+  if r ~= 0 then q = q + 1 end
+  return q
+end
+
+-- WindowState.Remaining; s rolled to now.
+local function remaining(s, w)
+  if alg == BUCKET then
+    local t = interval(w)
+    local room = now + w.cap * t - math.max(s.tat, now)
+    if room <= 0 then return 0 end
+    return idiv(room, t)
+  elseif alg == SLIDING then
+    return satsub(w.limit, s.cur + weighted_prev(s, w.p))
+  end
+  return satsub(w.limit, s.cur)
+end
+
+-- WindowState.ChargeAt
+local function charge_at(s, w, at, n)
+  if at > now then at = now end
+  if alg == BUCKET then
+    s.tat = math.max(s.tat, at) + n * interval(w)
+    return
+  end
+  roll(s, w.p)
+  local e = idiv(at, w.p)
+  if e == s.epoch then
+    s.cur = s.cur + n
+  elseif e == s.epoch - 1 then
+    s.prev = s.prev + n
+  end
+end
+
+-- WindowState.Refund
+local function refund(s, w, n)
+  if alg == BUCKET then
+    s.tat = math.max(s.tat - n * interval(w), now)
+    return
+  end
+  roll(s, w.p)
+  s.cur = satsub(s.cur, n)
+end
+
+-- WindowState.FreshAt
+local function fresh_at(s, w)
+  if alg == BUCKET then
+    return s.tat
+  elseif alg == SLIDING then
+    return (s.epoch + 2) * w.p
+  end
+  return (s.epoch + 1) * w.p
+end
+
+-- Load the record; an expired one is forgotten whole.
+local flat = redis.call('HGETALL', key)
+local rec = {}
+for i = 1, #flat, 2 do rec[flat[i]] = flat[i + 1] end
+if rec.x and tonumber(rec.x) <= now then
+  redis.call('DEL', key)
+  rec = {}
+end
+local st = {}
+local n = 0
+if rec.w then
+  for e, c, p, t in string.gmatch(rec.w, '(%-?%d+) (%d+) (%d+) (%-?%d+)') do
+    n = n + 1
+    st[n] = {epoch = tonumber(e), cur = tonumber(c), prev = tonumber(p), tat = tonumber(t)}
+  end
+end
+if n ~= nw then
+  st = {}
+  for i = 1, nw do st[i] = {epoch = 0, cur = 0, prev = 0, tat = 0} end
+end
+
+-- 1. drop expired reservations; sum the others' live ones.
+local mine = 'r:' .. replica
+local own, others = 0, 0
+local live = {}
+for f, v in pairs(rec) do
+  if string.sub(f, 1, 2) == 'r:' then
+    local u, exp = parse_reservation(v)
+    if exp <= now then
+      redis.call('HDEL', key, f)
+    else
+      if f == mine then
+        own = u
+      else
+        others = others + u
+      end
+      live[f] = exp
+    end
+  end
+end
+
+-- 2. charge the hits, each to the window it was admitted in.
+for h = 0, nh - 1 do
+  local at, units = tonumber(ARGV[hits + 2 * h]), tonumber(ARGV[hits + 2 * h + 1])
+  for i = 1, nw do
+    if units >= 0 then
+      charge_at(st[i], ws[i], at, units)
+    else
+      refund(st[i], ws[i], -units)
+    end
+  end
+end
+
+-- 3. avail = min over windows (remaining - others).
+local avail
+for i = 1, nw do
+  roll(st[i], ws[i].p)
+  local r = satsub(remaining(st[i], ws[i]), others)
+  if avail == nil or r < avail then avail = r end
+end
+
+-- 4-6. keep, split, last mile.
+local kept = math.min(unused, own, avail)
+local free = avail - kept
+if share <= 0 or share > 1 then share = 1 end
+if nrep < 1 then nrep = 1 end
+local grant = math.min(want, idiv(math.floor(share * free), nrep))
+if waiting > grant then grant = math.max(grant, math.min(waiting, free)) end
+
+-- 7. record the reservation.
+local credit = kept + grant
+if credit > 0 then
+  live[mine] = now + lease
+  redis.call('HSET', key, mine, fmt(credit) .. ' ' .. fmt(now + lease))
+else
+  live[mine] = nil
+  redis.call('HDEL', key, mine)
+end
+
+-- Save the windows and the record's expiry (KeyRecord.ExpiresAt, at
+-- least now + 1 as in memstore).
+local out = {now, credit, others}
+local enc = {}
+local expires = 0
+for i = 1, nw do
+  local s = st[i]
+  enc[i] = fmt(s.epoch) .. ' ' .. fmt(s.cur) .. ' ' .. fmt(s.prev) .. ' ' .. fmt(s.tat)
+  expires = math.max(expires, fresh_at(s, ws[i]))
+  out[#out + 1] = s.epoch
+  out[#out + 1] = s.cur
+  out[#out + 1] = s.prev
+  out[#out + 1] = s.tat
+end
+for _, exp in pairs(live) do expires = math.max(expires, exp) end
+expires = math.max(expires, now + 1)
+redis.call('HSET', key, 'w', table.concat(enc, ','), 'x', fmt(expires))
+redis.call('PEXPIREAT', key, ceilms(expires))
+return out

@@ -1,0 +1,84 @@
+package redisstore
+
+import (
+	"context"
+	_ "embed"
+	"errors"
+
+	"github.com/redis/go-redis/v9"
+)
+
+var (
+	//go:embed lua/lib.lua
+	libLua string
+	//go:embed lua/rate.lua
+	rateLua string
+	//go:embed lua/slots.lua
+	slotsLua string
+	//go:embed lua/heartbeat.lua
+	heartbeatLua string
+)
+
+// The scripts, each prefixed with the shared helpers.
+var (
+	rateScript      = redis.NewScript(libLua + rateLua)
+	slotsScript     = redis.NewScript(libLua + slotsLua)
+	heartbeatScript = redis.NewScript(libLua + heartbeatLua)
+)
+
+// call is one script call of a round.
+type call struct {
+	key  string
+	args []any
+}
+
+// evalRound runs script once per call in one pipeline. Calls refused with
+// NOSCRIPT (a restarted or flushed Redis, a new cluster node) are rerun
+// once, after loading the script on every node; the others are not, as
+// each has been applied. It returns the first error of any call.
+func (s *Store) evalRound(ctx context.Context, script *redis.Script, calls []call) ([]*redis.Cmd, error) {
+	cmds := make([]*redis.Cmd, len(calls))
+	s.evalPipeline(ctx, script, calls, cmds, nil)
+	var missing []int
+	for i, c := range cmds {
+		if isNoScript(c.Err()) {
+			missing = append(missing, i)
+		}
+	}
+	if len(missing) > 0 {
+		if err := script.Load(ctx, s.c).Err(); err != nil {
+			return nil, err
+		}
+		s.evalPipeline(ctx, script, calls, cmds, missing)
+	}
+	for _, c := range cmds {
+		if err := c.Err(); err != nil {
+			return nil, err
+		}
+	}
+	return cmds, nil
+}
+
+// evalPipeline sends EVALSHA for the calls at idx (all when nil) in one
+// pipeline, storing each command in cmds. Errors stay in the commands.
+func (s *Store) evalPipeline(ctx context.Context, script *redis.Script, calls []call, cmds []*redis.Cmd, idx []int) {
+	pipe := s.c.Pipeline()
+	hash := script.Hash()
+	add := func(i int) {
+		cmds[i] = pipe.EvalSha(ctx, hash, []string{calls[i].key}, calls[i].args...)
+	}
+	if idx == nil {
+		for i := range calls {
+			add(i)
+		}
+	} else {
+		for _, i := range idx {
+			add(i)
+		}
+	}
+	_, _ = pipe.Exec(ctx)
+}
+
+func isNoScript(err error) bool {
+	return err != nil && (errors.Is(err, redis.ErrNoScript) || redis.HasErrorPrefix(err, "NOSCRIPT"))
+}

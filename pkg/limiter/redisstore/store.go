@@ -1,0 +1,248 @@
+package redisstore
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/ratelimit-svc/ratelimit-svc/pkg/limiter"
+)
+
+// rediser is the part of a go-redis client the store uses.
+type rediser interface {
+	redis.Scripter
+	Pipeline() redis.Pipeliner
+}
+
+var (
+	_ rediser = (*redis.Client)(nil)
+	_ rediser = (*redis.ClusterClient)(nil)
+	_ rediser = (*redis.Ring)(nil)
+	_ rediser = redis.UniversalClient(nil)
+
+	_ limiter.Store = (*Store)(nil)
+)
+
+// Store is a limiter.Store kept in Redis. It holds no state of its own
+// beyond the client, so any number of Stores (and processes) may share a
+// Redis. It is safe for concurrent use; the zero value is not usable,
+// call New.
+type Store struct {
+	c    rediser
+	keys keys
+}
+
+// Option configures a Store.
+type Option interface{ apply(*options) }
+
+type options struct {
+	prefix string
+}
+
+type optionFunc func(*options)
+
+func (f optionFunc) apply(o *options) { f(o) }
+
+// WithKeyPrefix puts prefix before every Redis key, ahead of the hash
+// tag, for Redis ACL key patterns (~prefix*) on a shared Redis. It must
+// not contain '{' or '}', which would change the hash tag.
+func WithKeyPrefix(prefix string) Option {
+	return optionFunc(func(o *options) { o.prefix = prefix })
+}
+
+// New returns a Store of service's keys on client: a *redis.Client
+// (single node or Sentinel), *redis.ClusterClient, *redis.Ring or any
+// redis.UniversalClient. The client should not retry (MaxRetries -1):
+// the limiter's next sync is the retry. service namespaces every key, so
+// replica sets with different services never share state. New panics if
+// a key prefix holds '{' or '}'.
+func New(client rediser, service string, opts ...Option) *Store {
+	var o options
+	for _, opt := range opts {
+		opt.apply(&o)
+	}
+	if strings.ContainsAny(o.prefix, "{}") {
+		panic(fmt.Sprintf("redisstore: key prefix %q holds a brace", o.prefix))
+	}
+	return &Store{c: client, keys: newKeys(o.prefix, service)}
+}
+
+// maxExact is the largest integer every double in the scripts holds
+// exactly.
+const maxExact = 1<<53 - 1
+
+func clampU(v uint64) uint64 { return min(v, maxExact) }
+
+func clampI(v int64) int64 { return max(min(v, maxExact), -maxExact) }
+
+func micros(d time.Duration) int64 { return int64(d / time.Microsecond) }
+
+// Sync applies items for replica in one pipeline, one rate script call
+// per item, and fills out[i] for items[i].
+func (s *Store) Sync(ctx context.Context, replica string, items []limiter.SyncItem, out []limiter.SyncResult) error {
+	if len(items) == 0 {
+		return nil
+	}
+	if len(out) < len(items) {
+		return errors.New("redisstore: sync: out shorter than items")
+	}
+	calls := make([]call, len(items))
+	for i := range items {
+		if err := checkItem(&items[i]); err != nil {
+			return fmt.Errorf("redisstore: sync %q: %w", items[i].Key, err)
+		}
+		calls[i] = call{key: s.keys.rate(items[i].Key), args: rateArgs(replica, &items[i])}
+	}
+	cmds, err := s.evalRound(ctx, rateScript, calls)
+	if err != nil {
+		return wrap("sync", err)
+	}
+	for i, c := range cmds {
+		if err := decodeSync(c, len(items[i].Windows), &out[i]); err != nil {
+			return fmt.Errorf("redisstore: sync %q: %w", items[i].Key, err)
+		}
+	}
+	return nil
+}
+
+// checkItem refuses what the maths cannot run: no window, a period under
+// the clock's microsecond, a token bucket without a rate.
+func checkItem(it *limiter.SyncItem) error {
+	if len(it.Windows) == 0 {
+		return errors.New("no window")
+	}
+	for i, w := range it.Windows {
+		if w.Period < time.Microsecond {
+			return fmt.Errorf("window %d: period under 1µs", i)
+		}
+		if it.Algorithm == limiter.TokenBucket && w.Limit == 0 {
+			return fmt.Errorf("window %d: token bucket without rate", i)
+		}
+	}
+	return nil
+}
+
+// rateArgs encodes an item as rate.lua reads it.
+func rateArgs(replica string, it *limiter.SyncItem) []any {
+	args := make([]any, 0, 10+3*len(it.Windows)+2*len(it.Hits))
+	args = append(args, replica, int(it.Algorithm), len(it.Windows))
+	for _, w := range it.Windows {
+		args = append(args, micros(w.Period), clampU(w.Limit), clampU(w.Capacity(it.Algorithm)))
+	}
+	share := it.Share
+	if !(share > 0 && share <= 1) { // also NaN
+		share = 1
+	}
+	args = append(args, clampU(it.Unused), clampU(it.Want), clampU(it.Waiting),
+		strconv.FormatFloat(share, 'g', -1, 64), max(it.Replicas, 1), micros(it.Lease), len(it.Hits))
+	for _, h := range it.Hits {
+		args = append(args, clampI(h.At), clampI(h.N))
+	}
+	return args
+}
+
+// decodeSync reads rate.lua's reply: now, credit, others, then epoch,
+// cur, prev and TAT per window.
+func decodeSync(c *redis.Cmd, windows int, out *limiter.SyncResult) error {
+	v, err := c.Int64Slice()
+	if err != nil {
+		return fmt.Errorf("reply: %w", err)
+	}
+	if len(v) != 3+4*windows {
+		return fmt.Errorf("reply of %d values for %d windows", len(v), windows)
+	}
+	ws := make([]limiter.WindowState, windows)
+	for i := range ws {
+		w := v[3+4*i:]
+		ws[i] = limiter.WindowState{Epoch: w[0], Cur: uint64(w[1]), Prev: uint64(w[2]), TAT: w[3]}
+	}
+	*out = limiter.SyncResult{Credit: uint64(v[1]), Others: uint64(v[2]), Windows: ws, Now: v[0]}
+	return nil
+}
+
+// SyncSlots applies concurrency items for replica in one pipeline.
+func (s *Store) SyncSlots(ctx context.Context, replica string, items []limiter.SlotItem, out []limiter.SlotResult) error {
+	if len(items) == 0 {
+		return nil
+	}
+	if len(out) < len(items) {
+		return errors.New("redisstore: sync slots: out shorter than items")
+	}
+	calls := make([]call, len(items))
+	for i := range items {
+		it := &items[i]
+		calls[i] = call{key: s.keys.slots(it.Key), args: []any{
+			replica, clampU(it.Max), clampU(it.Held), clampU(it.Want), micros(it.Lease),
+		}}
+	}
+	cmds, err := s.evalRound(ctx, slotsScript, calls)
+	if err != nil {
+		return wrap("sync slots", err)
+	}
+	for i, c := range cmds {
+		v, err := c.Int64Slice()
+		if err == nil && len(v) != 3 {
+			err = fmt.Errorf("%d values", len(v))
+		}
+		if err != nil {
+			return fmt.Errorf("redisstore: sync slots %q: reply: %w", items[i].Key, err)
+		}
+		out[i] = limiter.SlotResult{Granted: uint64(v[1]), Others: uint64(v[2]), Now: v[0]}
+	}
+	return nil
+}
+
+// Heartbeat renews replica's lease in the registry and counts the live
+// replicas.
+func (s *Store) Heartbeat(ctx context.Context, replica string, lease time.Duration) (limiter.Membership, error) {
+	cmds, err := s.evalRound(ctx, heartbeatScript, []call{{
+		key: s.keys.registry(), args: []any{replica, micros(lease)},
+	}})
+	if err != nil {
+		return limiter.Membership{}, wrap("heartbeat", err)
+	}
+	v, err := cmds[0].Int64Slice()
+	if err == nil && len(v) != 2 {
+		err = fmt.Errorf("%d values", len(v))
+	}
+	if err != nil {
+		return limiter.Membership{}, fmt.Errorf("redisstore: heartbeat: reply: %w", err)
+	}
+	return limiter.Membership{Replicas: int(max(v[1], 1)), Now: v[0]}, nil
+}
+
+// Release drops replica's reservations on keys and its slots on slotKeys,
+// in one pipeline.
+func (s *Store) Release(ctx context.Context, replica string, keys, slotKeys []string) error {
+	if len(keys)+len(slotKeys) == 0 {
+		return nil
+	}
+	field := reservationField(replica)
+	pipe := s.c.Pipeline()
+	for _, k := range keys {
+		pipe.HDel(ctx, s.keys.rate(k), field)
+	}
+	for _, k := range slotKeys {
+		pipe.HDel(ctx, s.keys.slots(k), field)
+	}
+	if _, err := pipe.Exec(ctx); err != nil {
+		return wrap("release", err)
+	}
+	return nil
+}
+
+// Leave removes replica from the registry.
+func (s *Store) Leave(ctx context.Context, replica string) error {
+	pipe := s.c.Pipeline()
+	pipe.ZRem(ctx, s.keys.registry(), replica)
+	if _, err := pipe.Exec(ctx); err != nil {
+		return wrap("leave", err)
+	}
+	return nil
+}
+
