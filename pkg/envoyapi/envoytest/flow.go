@@ -89,7 +89,7 @@ func (s *Stream) modeOverride(m *extprocfilterv3.ProcessingMode, inHeaders bool)
 }
 
 func headersMessage(p path, h Headers, eos bool) *extprocv3.ProcessingRequest {
-	hh := &extprocv3.HttpHeaders{Headers: h.proto(), EndOfStream: eos}
+	hh := &extprocv3.HttpHeaders{Headers: h.Proto(), EndOfStream: eos}
 	if p.response {
 		return &extprocv3.ProcessingRequest{Request: &extprocv3.ProcessingRequest_ResponseHeaders{ResponseHeaders: hh}}
 	}

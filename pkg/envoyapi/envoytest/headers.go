@@ -100,8 +100,8 @@ func (h Headers) Del(key string) Headers {
 // Clone copies h.
 func (h Headers) Clone() Headers { return append(Headers(nil), h...) }
 
-// proto encodes h as Envoy does: raw_value only.
-func (h Headers) proto() *corev3.HeaderMap {
+// Proto encodes h as Envoy does: raw_value only.
+func (h Headers) Proto() *corev3.HeaderMap {
 	m := &corev3.HeaderMap{Headers: make([]*corev3.HeaderValue, 0, len(h))}
 	for _, f := range h {
 		m.Headers = append(m.Headers, &corev3.HeaderValue{Key: f.Key, RawValue: []byte(f.Value)})
