@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"sync/atomic"
 	"time"
 )
 
@@ -72,6 +73,16 @@ type Limiter struct {
 	sweep time.Duration
 	keys  *table
 	conc  concurrency
+
+	// The credit engine, when a store is configured.
+	store      Store
+	replica    string
+	replicas   atomic.Int64 // N: live replicas last seen
+	offset     atomic.Int64 // store clock − local clock, µs
+	clockKnown atomic.Bool
+	lastOK     atomic.Int64 // local ns of the last successful store call
+	kickCh     chan struct{}
+	stats      stats
 }
 
 // Option configures a Limiter.
@@ -89,19 +100,28 @@ func WithSweepInterval(d time.Duration) Option { return func(l *Limiter) { l.swe
 // New builds a local-only Limiter: each process enforces every Rule in full.
 func New(opts ...Option) *Limiter {
 	l := &Limiter{
-		clock: systemClock{},
-		log:   slog.New(slog.DiscardHandler),
-		sweep: 10 * time.Second,
-		keys:  newTable(),
+		clock:  systemClock{},
+		log:    slog.New(slog.DiscardHandler),
+		sweep:  10 * time.Second,
+		keys:   newTable(),
+		kickCh: make(chan struct{}, 1),
 	}
+	l.replicas.Store(1)
 	for _, o := range opts {
 		o(l)
 	}
 	return l
 }
 
-// Run evicts idle keys until ctx ends, then returns nil.
+// Run evicts idle keys and, with a store, runs the credit engine's sync
+// loop, until ctx ends. Before returning nil it pushes every hit, hands
+// every reservation back and leaves the replica registry.
 func (l *Limiter) Run(ctx context.Context) error {
+	if l.store != nil {
+		done := make(chan struct{})
+		go func() { defer close(done); l.runSync(ctx) }()
+		defer func() { <-done }()
+	}
 	t := time.NewTicker(l.sweep)
 	defer t.Stop()
 	for {
@@ -159,6 +179,9 @@ func (l *Limiter) decideOne(r *Request, now int64, dry bool) Result {
 	hits := r.Hits
 	if hits == 0 && r.Op == Charge {
 		hits = 1
+	}
+	if l.store != nil && !r.Rule.Tuning.localOnly() {
+		return l.creditDecide(l.creditFor(r.Key, r.Rule, now), r, hits, now, dry)
 	}
 	e := l.keys.lock(r.Key, r.Rule)
 	defer e.mu.Unlock()
@@ -233,6 +256,10 @@ func (l *Limiter) rollback(reqs []Request, out []Result, now int64) {
 			continue
 		}
 		hits := max(r.Hits, 1)
+		if l.store != nil && !r.Rule.Tuning.localOnly() {
+			undoCredit(l.creditFor(r.Key, r.Rule, now), int64(hits))
+			continue
+		}
 		e := l.keys.lock(r.Key, r.Rule)
 		for j, w := range r.Rule.Windows {
 			e.counters[j].undo(w, r.Rule.Algorithm, now, now, hits)

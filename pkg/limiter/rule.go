@@ -80,19 +80,40 @@ const (
 // documented default, so the zero Tuning is the right one for most rules.
 type Tuning struct {
 	// LocalAllowance is the share of the free budget a replica may hold as
-	// credit; zero means 1. At or above 1 with no store, the rule is
-	// enforced locally in full on each replica.
+	// credit (split among the replicas); zero means the whole free budget.
+	// 1 or more makes the rule local-only: each replica enforces the full
+	// limit with no store, as every rule does when no store is configured.
 	LocalAllowance float64
 	// SyncInterval is how often a busy key syncs; zero means 100 ms.
 	SyncInterval time.Duration
 	// StoreTimeout bounds how long a request waits on the store; zero
 	// means 10 ms.
 	StoreTimeout time.Duration
-	// CacheTTL bounds how long a denial is served locally; zero means one
-	// SyncInterval.
+	// CacheTTL is how long the store may stay unreachable before the rule
+	// degrades to OnStoreUnavailable; zero means 1 s.
 	CacheTTL time.Duration
 	// OnStoreUnavailable selects fail-static (zero) or fail-open.
 	OnStoreUnavailable FailMode
+}
+
+func (t Tuning) localOnly() bool { return t.LocalAllowance >= 1 }
+
+func (t Tuning) share() float64 {
+	if t.LocalAllowance <= 0 || t.LocalAllowance > 1 {
+		return 1
+	}
+	return t.LocalAllowance
+}
+
+func (t Tuning) syncInterval() time.Duration { return orDefault(t.SyncInterval, 100*time.Millisecond) }
+func (t Tuning) storeTimeout() time.Duration { return orDefault(t.StoreTimeout, 10*time.Millisecond) }
+func (t Tuning) cacheTTL() time.Duration     { return orDefault(t.CacheTTL, time.Second) }
+
+func orDefault(d, def time.Duration) time.Duration {
+	if d <= 0 {
+		return def
+	}
+	return d
 }
 
 // Rule is the set of limits that apply to a key. Every window must admit a

@@ -30,8 +30,9 @@ type entry struct {
 	key      string
 	rule     *Rule
 	counters []WindowState
-	dead     bool         // removed from the table; look the key up again
-	fresh    atomic.Int64 // ns instant from which the state equals a new key's
+	dead     bool                        // removed from the table; look the key up again
+	fresh    atomic.Int64                // ns instant from which the state equals a new key's
+	cs       atomic.Pointer[creditState] // set for rules shared through a store
 }
 
 func newTable() *table {
@@ -67,6 +68,35 @@ func (t *table) lock(key []byte, rule *Rule) *entry {
 			return e
 		}
 		e.mu.Unlock()
+	}
+}
+
+// get returns key's entry without locking it, nil if absent.
+func (t *table) get(key []byte) *entry {
+	s := t.shardOf(key)
+	s.mu.RLock()
+	e := s.m[string(key)]
+	s.mu.RUnlock()
+	return e
+}
+
+// eachCredit calls fn for every key of a shared rule. fn must not take
+// shard locks.
+func (t *table) eachCredit(fn func(e *entry, cs *creditState)) {
+	var batch []*entry
+	for i := range t.shards {
+		s := &t.shards[i]
+		batch = batch[:0]
+		s.mu.RLock()
+		for _, e := range s.m {
+			if e.cs.Load() != nil {
+				batch = append(batch, e)
+			}
+		}
+		s.mu.RUnlock()
+		for _, e := range batch {
+			fn(e, e.cs.Load())
+		}
 	}
 }
 

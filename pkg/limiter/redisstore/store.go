@@ -245,4 +245,3 @@ func (s *Store) Leave(ctx context.Context, replica string) error {
 	}
 	return nil
 }
-

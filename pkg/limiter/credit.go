@@ -1,0 +1,257 @@
+package limiter
+
+import (
+	"math"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// creditState is one key's replica-side state in the credit engine. The
+// hot path touches only the atomics: an admission is one add on credit and
+// one on hits. mu guards the rest, which the sync loop and waiters use.
+type creditState struct {
+	credit   atomic.Int64 // units admissible locally now (backed by the reservation)
+	hits     atomic.Int64 // units admitted (negative: refunded) not yet pushed
+	backedTo atomic.Int64 // local ns until which the reservation backs credit
+	deniedTo atomic.Int64 // local ns until which an exhausted key denies locally
+	grant    atomic.Int64 // the last reservation, for early sync at half credit
+	kicked   atomic.Bool  // a sync was asked for
+	lastUse  atomic.Int64 // local ns of the last decision
+
+	mu       sync.Mutex
+	key      string
+	rule     *Rule
+	view     []WindowState // store view after the last sync (µs time); nil: cold
+	others   uint64        // other replicas' reservations in that view
+	viewAt   int64         // local ns of the view
+	waiters  []*waiter
+	waiting  uint64 // units the waiters want
+	asked    uint64 // waiting units the in-flight sync asked for
+	inflight bool
+	unused   int64 // credit when the in-flight sync was sent
+	sentAt   int64 // local ns the in-flight sync was sent
+	lastSync int64 // local ns of the last completed sync
+	nextSync int64 // local ns when the key is next due
+	rate     float64
+	busy     bool
+	fallback []WindowState // local windows while degraded (fail-static)
+}
+
+// waiter is a request that found no credit and waits for a sync.
+type waiter struct {
+	n    int64
+	done chan bool // receives whether the sync admitted it
+}
+
+// creditDecide decides one request of a shared rule. A dry run charges
+// nothing.
+func (l *Limiter) creditDecide(cs *creditState, r *Request, hits uint64, now int64, dry bool) Result {
+	cs.lastUse.Store(now)
+	n := int64(min(hits, math.MaxInt64/2))
+	switch {
+	case r.Op == Refund:
+		if !dry {
+			cs.credit.Add(n)
+			cs.hits.Add(-n)
+		}
+		return l.viewResult(cs, now, true, 0, 0)
+	case r.Op == Check:
+		n = 1
+		if cs.credit.Load() >= 1 && now < cs.backedTo.Load() {
+			return l.viewResult(cs, now, true, 0, 0)
+		}
+		ok, wait := l.viewAdmits(cs, now, 1)
+		return l.viewResult(cs, now, ok, wait, 1)
+	case dry:
+		ok, wait := l.viewAdmits(cs, now, n)
+		return l.viewResult(cs, now, ok || (cs.credit.Load() >= n && now < cs.backedTo.Load()), wait, n)
+	}
+	if uint64(n) > minCapacity(r.Rule) {
+		return l.viewResult(cs, now, false, Never, n)
+	}
+	if l.degraded(r.Rule, now) {
+		return l.degradedDecide(cs, r.Rule, n, now)
+	}
+	if now < cs.deniedTo.Load() {
+		_, wait := l.viewAdmits(cs, now, n)
+		return l.viewResult(cs, now, false, wait, n)
+	}
+	if now < cs.backedTo.Load() {
+		if c := cs.credit.Add(-n); c >= 0 {
+			cs.hits.Add(n)
+			if c < cs.grant.Load()/2 && cs.kicked.CompareAndSwap(false, true) {
+				l.kick()
+			}
+			return l.viewResult(cs, now, true, 0, 0)
+		}
+		cs.credit.Add(n)
+	}
+	return l.wait(cs, r.Rule, n, now)
+}
+
+// undoCredit takes back an admission of a denied batch.
+func undoCredit(cs *creditState, n int64) {
+	cs.credit.Add(n)
+	cs.hits.Add(-n)
+}
+
+// wait registers a request that found no credit, asks for a sync and waits
+// at most the rule's StoreTimeout. Past it the request is decided on the
+// last view (an overrun) unless a window is certainly full.
+func (l *Limiter) wait(cs *creditState, rule *Rule, n int64, now int64) Result {
+	w := &waiter{n: n, done: make(chan bool, 1)}
+	cs.mu.Lock()
+	cold := cs.view == nil
+	cs.waiters = append(cs.waiters, w)
+	cs.waiting += uint64(n)
+	cs.mu.Unlock()
+	cs.kicked.Store(true)
+	l.kick()
+	t := time.NewTimer(rule.Tuning.storeTimeout())
+	defer t.Stop()
+	select {
+	case ok := <-w.done:
+		return l.afterWait(cs, ok, n, cold)
+	case <-t.C:
+	}
+	if ok, served := cs.dropWaiter(w); served {
+		return l.afterWait(cs, ok, n, cold)
+	}
+	now = l.clock.Now().UnixNano()
+	ok, wait := l.viewAdmits(cs, now, n)
+	if ok {
+		cs.hits.Add(n)
+		l.count(modeOverrun)
+	}
+	return l.viewResult(cs, now, ok, wait, n)
+}
+
+func (l *Limiter) afterWait(cs *creditState, ok bool, n int64, cold bool) Result {
+	now := l.clock.Now().UnixNano()
+	if cold {
+		l.count(modeCold)
+	} else {
+		l.count(modeSync)
+	}
+	var wait time.Duration
+	if !ok {
+		_, wait = l.viewAdmits(cs, now, n)
+	}
+	return l.viewResult(cs, now, ok, wait, n)
+}
+
+// dropWaiter removes w after its timeout; served reports that a sync
+// decided it meanwhile, with ok its answer.
+func (cs *creditState) dropWaiter(w *waiter) (ok, served bool) {
+	cs.mu.Lock()
+	defer cs.mu.Unlock()
+	for i, x := range cs.waiters {
+		if x == w {
+			cs.waiters = append(cs.waiters[:i], cs.waiters[i+1:]...)
+			cs.waiting -= uint64(w.n)
+			return false, false
+		}
+	}
+	select {
+	case ok = <-w.done:
+		return ok, true
+	default:
+		return false, false
+	}
+}
+
+// serveWaiters hands fresh credit to the waiters in arrival order; those it
+// cannot serve are denied when the view says they cannot fit soon. cs.mu
+// must be held.
+func (cs *creditState) serveWaiters() {
+	kept := cs.waiters[:0]
+	for _, w := range cs.waiters {
+		if cs.credit.Add(-w.n) >= 0 {
+			cs.hits.Add(w.n)
+			cs.waiting -= uint64(w.n)
+			w.done <- true
+			continue
+		}
+		cs.credit.Add(w.n)
+		kept = append(kept, w)
+	}
+	clear(cs.waiters[len(kept):])
+	cs.waiters = kept
+}
+
+// viewAdmits reports whether n more units fit in the last store view,
+// counting other replicas' reservations and the hits not yet pushed, and
+// otherwise how long until they would.
+func (l *Limiter) viewAdmits(cs *creditState, now int64, n int64) (bool, time.Duration) {
+	cs.mu.Lock()
+	defer cs.mu.Unlock()
+	if cs.view == nil {
+		return false, cs.rule.Tuning.syncInterval()
+	}
+	wait := cs.viewWait(l.storeNow(now), n)
+	return wait == 0, wait
+}
+
+// viewWait is the time until n units fit in the view at store instant
+// snow, counting other replicas' reservations and the hits not yet
+// pushed. When those alone fill a window, it is certainly full until the
+// window clears (and at least a sync interval). cs.mu must be held.
+func (cs *creditState) viewWait(snow int64, n int64) time.Duration {
+	need := uint64(max(n, 1)) + cs.others + uint64(max(cs.hits.Load(), 0))
+	a := cs.rule.Algorithm
+	var longest time.Duration
+	for i, w := range storeWindows(cs.rule.Windows) {
+		c := cs.view[i]
+		if capacity := w.Capacity(a); need > capacity {
+			clear := max(c.Wait(w, a, snow, capacity), c.UntilReset(w, a, snow))
+			longest = max(longest, clear*time.Microsecond, cs.rule.Tuning.syncInterval())
+			continue
+		}
+		if wt := c.Wait(w, a, snow, need); wt == Never {
+			longest = Never
+		} else {
+			longest = max(longest, wt*time.Microsecond)
+		}
+	}
+	return longest
+}
+
+// viewResult describes a decision from the last view: the most
+// restrictive window's limit, what is left of it, and the reset.
+func (l *Limiter) viewResult(cs *creditState, now int64, ok bool, wait time.Duration, n int64) Result {
+	cs.mu.Lock()
+	defer cs.mu.Unlock()
+	rule := cs.rule
+	res := Result{Allowed: ok}
+	snow := l.storeNow(now)
+	ws := storeWindows(rule.Windows)
+	pending := uint64(max(cs.hits.Load(), 0)) + cs.others
+	for i, w := range ws {
+		var c WindowState
+		if cs.view != nil {
+			c = cs.view[i]
+		}
+		rem := satSub(c.Remaining(w, rule.Algorithm, snow), pending)
+		if i == 0 || rem < res.Remaining {
+			res.Limit, res.Period, res.Remaining = w.Limit, rule.Windows[i].Period, rem
+			res.Reset = c.UntilReset(w, rule.Algorithm, snow) * time.Microsecond
+		}
+	}
+	if !ok {
+		if wait == Never || wait <= 0 {
+			wait = max(res.Reset, time.Microsecond)
+		}
+		res.RetryAfter, res.Reset = wait, wait
+		res.Remaining = 0
+	}
+	return res
+}
+
+func minCapacity(r *Rule) uint64 {
+	c := uint64(math.MaxUint64)
+	for _, w := range r.Windows {
+		c = min(c, w.Capacity(r.Algorithm))
+	}
+	return c
+}

@@ -1,0 +1,139 @@
+package limiter
+
+import (
+	"math"
+	"sync/atomic"
+	"time"
+)
+
+// Modes name how a decision was made, for metrics.
+const (
+	modeLocal    = iota // from credit (or local-only rules)
+	modeSync            // after waiting for a sync round
+	modeCold            // the key's first sync
+	modeOverrun         // the store was slow: decided on the last view
+	modeDegraded        // the store is unreachable: fail-static or fail-open
+	modeCount
+)
+
+var modeNames = [modeCount]string{"local", "sync", "cold", "overrun", "degraded"}
+
+// Stats are the engine's counters since start.
+type Stats struct {
+	// Decisions by mode: local, sync, cold, overrun, degraded.
+	Decisions map[string]uint64
+	// Rounds is the number of sync round trips; SyncFailures those that
+	// failed (heartbeats included).
+	Rounds, SyncFailures uint64
+	// Replicas is the number of live replicas last seen.
+	Replicas int
+	// Degraded reports that the store has been unreachable for longer
+	// than the default CacheTTL.
+	Degraded bool
+}
+
+type stats struct {
+	modes        [modeCount]atomic.Uint64
+	rounds       atomic.Uint64
+	syncFailures atomic.Uint64
+}
+
+func (l *Limiter) count(mode int) { l.stats.modes[mode].Add(1) }
+
+// Stats returns the engine's counters.
+func (l *Limiter) Stats() Stats {
+	s := Stats{Decisions: make(map[string]uint64, modeCount), Replicas: int(l.replicas.Load())}
+	for i, n := range modeNames {
+		s.Decisions[n] = l.stats.modes[i].Load()
+	}
+	s.Rounds, s.SyncFailures = l.stats.rounds.Load(), l.stats.syncFailures.Load()
+	if l.store != nil {
+		s.Degraded = l.degraded(&Rule{}, l.clock.Now().UnixNano())
+	}
+	return s
+}
+
+// Shared reports whether the limiter syncs rules through a store.
+func (l *Limiter) Shared() bool { return l.store != nil }
+
+// WithStore makes the Limiter share every rule whose LocalAllowance is
+// below 1 through store, as replica (a unique id per process).
+func WithStore(store Store, replica string) Option {
+	return func(l *Limiter) { l.store, l.replica = store, replica }
+}
+
+// creditFor returns key's credit state, creating it (with its cold share)
+// on first use. It takes no lock on the hot path once the key exists.
+func (l *Limiter) creditFor(key []byte, rule *Rule, now int64) *creditState {
+	e := l.keys.get(key)
+	if e == nil || e.cs.Load() == nil {
+		e = l.keys.lock(key, rule)
+		if e.cs.Load() == nil {
+			e.cs.Store(l.newCredit(e.key, rule, now))
+		}
+		e.fresh.Store(math.MaxInt64)
+		e.mu.Unlock()
+	}
+	return e.cs.Load()
+}
+
+// newCredit starts a key with a small unreserved share: at most one sync
+// interval's worth of its rate and at most share·capacity/N, so N cold
+// replicas together stay within the limit; its first request syncs at once.
+func (l *Limiter) newCredit(key string, rule *Rule, now int64) *creditState {
+	cs := &creditState{key: key, rule: rule, nextSync: now}
+	n := uint64(max(l.replicas.Load(), 1))
+	cold := uint64(math.MaxUint64)
+	for _, w := range rule.Windows {
+		perInterval := float64(w.Limit) * float64(rule.Tuning.syncInterval()) / float64(w.Period)
+		byShare := uint64(rule.Tuning.share()*float64(w.Capacity(rule.Algorithm))) / n
+		cold = min(cold, uint64(perInterval), byShare)
+	}
+	cs.credit.Store(int64(cold))
+	cs.backedTo.Store(now + int64(rule.Tuning.syncInterval()))
+	cs.kicked.Store(true)
+	return cs
+}
+
+// degradedDecide decides while the store is unreachable: fail-open admits
+// all; fail-static enforces ⌈L/N⌉ of every window locally. Either way the
+// admits are pushed on recovery and paid back.
+func (l *Limiter) degradedDecide(cs *creditState, rule *Rule, n int64, now int64) Result {
+	l.count(modeDegraded)
+	if rule.Tuning.OnStoreUnavailable == FailOpen {
+		cs.hits.Add(n)
+		return Result{Allowed: true, Limit: rule.Windows[0].Limit, Period: rule.Windows[0].Period}
+	}
+	cs.mu.Lock()
+	defer cs.mu.Unlock()
+	if len(cs.fallback) != len(rule.Windows) {
+		cs.fallback = make([]WindowState, len(rule.Windows))
+	}
+	shares := uint64(max(l.replicas.Load(), 1))
+	res := Result{Allowed: true}
+	var wait time.Duration
+	for i, w := range rule.Windows {
+		w.Limit = (w.Limit + shares - 1) / shares
+		w.Burst = (w.Burst + shares - 1) / shares
+		wait = max(wait, cs.fallback[i].Wait(w, rule.Algorithm, now, uint64(n)))
+	}
+	for i, w := range rule.Windows {
+		w.Limit = (w.Limit + shares - 1) / shares
+		w.Burst = (w.Burst + shares - 1) / shares
+		if wait == 0 {
+			cs.fallback[i].Charge(w, rule.Algorithm, now, uint64(n))
+		}
+		rem := cs.fallback[i].Remaining(w, rule.Algorithm, now)
+		if i == 0 || rem < res.Remaining {
+			res.Limit, res.Period, res.Remaining = rule.Windows[i].Limit, w.Period, rem
+			res.Reset = cs.fallback[i].UntilReset(w, rule.Algorithm, now)
+		}
+	}
+	if wait != 0 {
+		res.Allowed, res.RetryAfter = false, finiteWait(wait, cs.fallback, rule, now)
+		res.Reset = res.RetryAfter
+		return res
+	}
+	cs.hits.Add(n)
+	return res
+}

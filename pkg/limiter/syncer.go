@@ -1,0 +1,309 @@
+package limiter
+
+import (
+	"context"
+	"math"
+	"time"
+)
+
+// Engine timing. A replica heartbeats every heartbeatEvery and its lease
+// lasts lease; N counts the replicas whose lease is live.
+const (
+	heartbeatEvery = time.Second
+	lease          = 3 * time.Second
+	quietInterval  = time.Second // sync period of a quiet key
+	roundTimeout   = time.Second // bound on one background round trip
+	tick           = 10 * time.Millisecond
+)
+
+// kick wakes the sync loop for an early round.
+func (l *Limiter) kick() {
+	select {
+	case l.kickCh <- struct{}{}:
+	default:
+	}
+}
+
+// storeNow estimates the store clock (µs) at local instant now (ns).
+func (l *Limiter) storeNow(now int64) int64 { return now/1000 + l.offset.Load() }
+
+// runSync is the credit engine's loop: heartbeats, sync rounds when keys
+// are due or a request asks, and the final push at shutdown.
+func (l *Limiter) runSync(ctx context.Context) {
+	t := time.NewTicker(tick)
+	defer t.Stop()
+	l.heartbeat(ctx)
+	lastBeat := l.clock.Now().UnixNano()
+	for {
+		select {
+		case <-ctx.Done():
+			l.shutdown()
+			return
+		case <-t.C:
+		case <-l.kickCh:
+		}
+		now := l.clock.Now().UnixNano()
+		if now-lastBeat >= int64(heartbeatEvery) {
+			l.heartbeat(ctx)
+			lastBeat = now
+		}
+		l.SyncRound(ctx)
+	}
+}
+
+// heartbeat renews this replica's lease and learns N and the clock offset.
+func (l *Limiter) heartbeat(ctx context.Context) {
+	ctx, cancel := context.WithTimeout(ctx, roundTimeout)
+	defer cancel()
+	sent := l.clock.Now().UnixNano()
+	m, err := l.store.Heartbeat(ctx, l.replica, lease)
+	if err != nil {
+		l.storeFailed(err)
+		return
+	}
+	l.learnClock(sent, m.Now)
+	l.replicas.Store(int64(max(m.Replicas, 1)))
+}
+
+// learnClock smooths the offset between the store clock and ours from one
+// round trip sent at sent (local ns) and answered at storeNow (µs).
+func (l *Limiter) learnClock(sent, storeNow int64) {
+	now := l.clock.Now().UnixNano()
+	sample := storeNow - (sent+now)/2/1000
+	l.lastOK.Store(now)
+	if !l.clockKnown.Swap(true) {
+		l.offset.Store(sample)
+		return
+	}
+	old := l.offset.Load()
+	l.offset.Store(old + (sample-old)/4)
+}
+
+func (l *Limiter) storeFailed(err error) {
+	l.stats.syncFailures.Add(1)
+	l.log.Debug("store call failed", "err", err)
+}
+
+// degraded reports whether rule must be decided without the store: it has
+// been unreachable for longer than the rule's CacheTTL.
+func (l *Limiter) degraded(rule *Rule, now int64) bool {
+	ok := l.lastOK.Load()
+	return ok != 0 && now-ok > int64(rule.Tuning.cacheTTL())
+}
+
+// SyncRound runs one round now: every key that is due, asked for, or half
+// due rides along, in one store call. The sync loop calls it; simulations
+// may too.
+func (l *Limiter) SyncRound(ctx context.Context) {
+	now := l.clock.Now().UnixNano()
+	due := l.collectDue(now)
+	if len(due) == 0 {
+		return
+	}
+	items := make([]SyncItem, len(due))
+	for i, cs := range due {
+		items[i] = l.prepare(cs, now)
+	}
+	out := make([]SyncResult, len(items))
+	rctx, cancel := context.WithTimeout(ctx, roundTimeout)
+	defer cancel()
+	l.stats.rounds.Add(1)
+	err := l.store.Sync(rctx, l.replica, items, out)
+	if err != nil {
+		l.storeFailed(err)
+		for i, cs := range due {
+			cs.abort(items[i])
+		}
+		return
+	}
+	l.learnClock(now, out[0].Now)
+	for i, cs := range due {
+		l.apply(cs, &out[i])
+	}
+}
+
+// collectDue lists the credit keys to sync at now. When any key is due,
+// those at least half due ride along.
+func (l *Limiter) collectDue(now int64) []*creditState {
+	var due, half []*creditState
+	l.keys.eachCredit(func(e *entry, cs *creditState) {
+		cs.mu.Lock()
+		defer cs.mu.Unlock()
+		if cs.inflight {
+			return
+		}
+		if !cs.needsSync() {
+			if idle := now - cs.lastUse.Load(); idle > 2*int64(maxPeriod(cs.rule)) {
+				e.fresh.Store(now) // nothing held, nothing owed: evictable
+			}
+			return
+		}
+		e.fresh.Store(math.MaxInt64)
+		interval := cs.nextSync - cs.lastSync
+		switch {
+		case cs.kicked.Load() || len(cs.waiters) > 0 || now >= cs.nextSync:
+			due = append(due, cs)
+		case now >= cs.nextSync-interval/2:
+			half = append(half, cs)
+		}
+	})
+	if len(due) == 0 {
+		return nil
+	}
+	return append(due, half...)
+}
+
+func maxPeriod(r *Rule) time.Duration {
+	var p time.Duration
+	for _, w := range r.Windows {
+		p = max(p, w.Period)
+	}
+	return p
+}
+
+// needsSync: a key with nothing to push, no credit and no waiters has
+// nothing to say to the store. cs.mu must be held.
+func (cs *creditState) needsSync() bool {
+	return cs.hits.Load() != 0 || cs.credit.Load() > 0 || len(cs.waiters) > 0 ||
+		cs.kicked.Load() || cs.view == nil
+}
+
+// prepare takes the key's pending hits and builds its item.
+func (l *Limiter) prepare(cs *creditState, now int64) SyncItem {
+	cs.mu.Lock()
+	defer cs.mu.Unlock()
+	cs.inflight, cs.sentAt, cs.asked = true, now, cs.waiting
+	cs.kicked.Store(false)
+	h := cs.hits.Swap(0)
+	cs.unused = max(cs.credit.Load(), 0)
+	it := SyncItem{
+		Key: cs.key, Algorithm: cs.rule.Algorithm, Windows: cs.rule.Windows,
+		Unused: uint64(cs.unused), Want: cs.want(now, h), Waiting: cs.waiting,
+		Share: cs.rule.Tuning.share(), Replicas: int(l.replicas.Load()), Lease: lease,
+	}
+	if now-cs.lastUse.Load() > int64(quietInterval) && len(cs.waiters) == 0 {
+		it.Unused, it.Want = 0, 0 // idle: hand the reservation back
+		cs.unused = cs.credit.Load()
+	}
+	if h != 0 {
+		it.Hits = []Hit{{At: l.storeNow(now), N: h}}
+	}
+	return it
+}
+
+// want sizes the credit to ask for from the key's rate over the coming
+// sync interval, doubled, at least what waiters need.
+func (cs *creditState) want(now, pushed int64) uint64 {
+	if cs.lastSync > 0 && now > cs.lastSync {
+		sample := float64(max(pushed, 0)) / (float64(now-cs.lastSync) / 1e9)
+		cs.rate = (cs.rate + sample) / 2
+	}
+	horizon := cs.rule.Tuning.syncInterval().Seconds()
+	w := uint64(math.Ceil(cs.rate * horizon * 2))
+	w = max(w, cs.waiting, 1)
+	return min(w, minCapacity(cs.rule))
+}
+
+// abort puts back what a failed round took.
+func (cs *creditState) abort(it SyncItem) {
+	cs.mu.Lock()
+	defer cs.mu.Unlock()
+	for _, h := range it.Hits {
+		cs.hits.Add(h.N)
+	}
+	cs.inflight = false
+}
+
+// apply installs a store reply: the credit (minus what was admitted while
+// the round was in flight), the view, the waiters served, the next due
+// time and, for an exhausted key, a local denial window.
+func (l *Limiter) apply(cs *creditState, r *SyncResult) {
+	cs.mu.Lock()
+	defer cs.mu.Unlock()
+	now := l.clock.Now().UnixNano()
+	cs.credit.Add(int64(r.Credit) - cs.unused)
+	cs.grant.Store(int64(r.Credit))
+	cs.backedTo.Store(cs.sentAt + int64(lease) - int64(cs.rule.Tuning.syncInterval()))
+	cs.view, cs.others, cs.viewAt = r.Windows, r.Others, now
+	cs.inflight, cs.lastSync = false, now
+	cs.serveWaiters()
+	cs.busy = len(cs.waiters) > 0 || cs.halfUsed(l.storeNow(now))
+	interval := quietInterval
+	if cs.busy {
+		interval = cs.rule.Tuning.syncInterval()
+	}
+	cs.nextSync = now + int64(interval)
+	if len(cs.waiters) > 0 {
+		cs.settleWaiters(l, now)
+	}
+}
+
+// halfUsed reports whether a window of the view is over half used.
+func (cs *creditState) halfUsed(snow int64) bool {
+	for i, w := range storeWindows(cs.rule.Windows) {
+		c := cs.view[i]
+		if 2*satSub(w.Capacity(cs.rule.Algorithm), c.Remaining(w, cs.rule.Algorithm, snow)) > w.Capacity(cs.rule.Algorithm) {
+			return true
+		}
+	}
+	return false
+}
+
+// settleWaiters handles the waiters a sync could not serve: those the view
+// says cannot fit now are denied at once; if not even one unit fits and no
+// credit is left, the key denies locally until it would (at most one sync
+// interval); those that may still fit ask for another round. cs.mu must be
+// held.
+func (cs *creditState) settleWaiters(l *Limiter, now int64) {
+	snow := l.storeNow(now)
+	kept := cs.waiters[:0]
+	for _, w := range cs.waiters {
+		if cs.viewWait(snow, w.n) > 0 {
+			cs.waiting -= uint64(w.n)
+			w.done <- false
+			continue
+		}
+		kept = append(kept, w)
+	}
+	clear(cs.waiters[len(kept):])
+	cs.waiters = kept
+	if wait := cs.viewWait(snow, 1); wait > 0 && cs.credit.Load() <= 0 {
+		cs.deniedTo.Store(now + int64(min(wait, cs.rule.Tuning.syncInterval())))
+	}
+	if len(cs.waiters) > 0 {
+		l.kick()
+	}
+}
+
+// shutdown pushes every hit and hands every reservation back, then leaves
+// the registry.
+func (l *Limiter) shutdown() {
+	ctx, cancel := context.WithTimeout(context.Background(), roundTimeout)
+	defer cancel()
+	var items []SyncItem
+	var keys []string
+	now := l.clock.Now().UnixNano()
+	l.keys.eachCredit(func(_ *entry, cs *creditState) {
+		cs.mu.Lock()
+		defer cs.mu.Unlock()
+		h := cs.hits.Swap(0)
+		it := SyncItem{Key: cs.key, Algorithm: cs.rule.Algorithm, Windows: cs.rule.Windows,
+			Replicas: int(l.replicas.Load()), Lease: lease}
+		if h != 0 {
+			it.Hits = []Hit{{At: l.storeNow(now), N: h}}
+		}
+		items = append(items, it)
+		keys = append(keys, cs.key)
+	})
+	if len(items) > 0 {
+		if err := l.store.Sync(ctx, l.replica, items, make([]SyncResult, len(items))); err != nil {
+			l.log.Warn("final push failed", "err", err, "keys", len(items))
+		}
+		if err := l.store.Release(ctx, l.replica, keys, nil); err != nil {
+			l.log.Warn("releasing reservations failed", "err", err)
+		}
+	}
+	if err := l.store.Leave(ctx, l.replica); err != nil {
+		l.log.Warn("leaving the registry failed", "err", err)
+	}
+}
