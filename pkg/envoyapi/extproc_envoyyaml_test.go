@@ -1,0 +1,190 @@
+package envoyapi_test
+
+import (
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"testing"
+
+	bootstrapv3 "github.com/envoyproxy/go-control-plane/envoy/config/bootstrap/v3"
+	routev3 "github.com/envoyproxy/go-control-plane/envoy/config/route/v3"
+	extprocfilterv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/ext_proc/v3"
+	upstreamhttpv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/upstreams/http/v3"
+	"google.golang.org/protobuf/encoding/protojson"
+	"google.golang.org/protobuf/reflect/protoreflect"
+	"google.golang.org/protobuf/types/known/anypb"
+	"gopkg.in/yaml.v3"
+
+	// The typed_config types envoy.yaml uses, so their Any values resolve.
+	_ "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/ratelimit/v3"
+	_ "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/router/v3"
+	_ "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/upstream_codec/v3"
+	_ "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/network/http_connection_manager/v3"
+	_ "github.com/envoyproxy/go-control-plane/envoy/extensions/transport_sockets/tls/v3"
+)
+
+// loadBootstrap decodes envoy.yaml the way Envoy does: YAML (anchors
+// resolved) to JSON to the Bootstrap proto, every typed_config resolved
+// through the global registry.
+func loadBootstrap(t *testing.T) *bootstrapv3.Bootstrap {
+	t.Helper()
+	raw, err := os.ReadFile(filepath.Join("..", "..", "envoy", "envoy.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var doc any
+	if err := yaml.Unmarshal(raw, &doc); err != nil {
+		t.Fatalf("envoy.yaml: %v", err)
+	}
+	js, err := json.Marshal(doc)
+	if err != nil {
+		t.Fatalf("envoy.yaml as JSON: %v", err)
+	}
+	var b bootstrapv3.Bootstrap
+	if err := protojson.Unmarshal(js, &b); err != nil {
+		t.Fatalf("envoy.yaml as Bootstrap: %v", err)
+	}
+	return &b
+}
+
+// validator is what protoc-gen-validate generates on every message.
+type validator interface{ ValidateAll() error }
+
+// validateTree validates m and every message inside it, unpacking Any
+// values (ValidateAll does not look inside them).
+func validateTree(t *testing.T, m protoreflect.Message, where string) {
+	t.Helper()
+	if v, ok := m.Interface().(validator); ok {
+		if err := v.ValidateAll(); err != nil {
+			t.Errorf("%s: %v", where, err)
+		}
+	}
+	if a, ok := m.Interface().(*anypb.Any); ok {
+		inner, err := a.UnmarshalNew()
+		if err != nil {
+			t.Errorf("%s: %s: %v", where, a.GetTypeUrl(), err)
+			return
+		}
+		validateTree(t, inner.ProtoReflect(), where+"("+a.GetTypeUrl()+")")
+		return
+	}
+	m.Range(func(fd protoreflect.FieldDescriptor, v protoreflect.Value) bool {
+		if fd.Kind() != protoreflect.MessageKind && fd.Kind() != protoreflect.GroupKind {
+			return true
+		}
+		name := where + "." + string(fd.Name())
+		switch {
+		case fd.IsList():
+			for i := range v.List().Len() {
+				validateTree(t, v.List().Get(i).Message(), name)
+			}
+		case fd.IsMap():
+			if fd.MapValue().Kind() == protoreflect.MessageKind {
+				v.Map().Range(func(k protoreflect.MapKey, mv protoreflect.Value) bool {
+					validateTree(t, mv.Message(), name+"["+k.String()+"]")
+					return true
+				})
+			}
+		default:
+			validateTree(t, v.Message(), name)
+		}
+		return true
+	})
+}
+
+func TestEnvoyYAMLValidates(t *testing.T) {
+	b := loadBootstrap(t)
+	if err := b.ValidateAll(); err != nil {
+		t.Fatal(err)
+	}
+	validateTree(t, b.ProtoReflect(), "bootstrap")
+}
+
+// TestEnvoyYAMLShape checks the wiring the service relies on.
+func TestEnvoyYAMLShape(t *testing.T) {
+	b := loadBootstrap(t)
+	clusters := map[string]bool{}
+	for _, c := range b.GetStaticResources().GetClusters() {
+		clusters[c.GetName()] = true
+		opts := c.GetTypedExtensionProtocolOptions()["envoy.extensions.upstreams.http.v3.HttpProtocolOptions"]
+		if opts == nil {
+			continue
+		}
+		var po upstreamhttpv3.HttpProtocolOptions
+		if err := opts.UnmarshalTo(&po); err != nil {
+			t.Fatal(err)
+		}
+		fs := po.GetHttpFilters()
+		if c.GetName() == "ratelimit" {
+			if po.GetExplicitHttpConfig().GetHttp2ProtocolOptions() == nil {
+				t.Error("ratelimit cluster is not HTTP/2")
+			}
+			continue
+		}
+		if len(fs) < 2 || fs[len(fs)-1].GetName() != "envoy.filters.http.upstream_codec" {
+			t.Errorf("cluster %s: upstream filters %v, want ext_proc … upstream_codec", c.GetName(), fs)
+			continue
+		}
+		ep := extProcOf(t, fs[0].GetTypedConfig())
+		if role(ep) != "upstream" || !ep.GetAllowModeOverride() {
+			t.Errorf("cluster %s: upstream ext_proc role %q", c.GetName(), role(ep))
+		}
+	}
+	for _, name := range []string{"ratelimit", "openai", "anthropic", "mock-llm"} {
+		if !clusters[name] {
+			t.Errorf("cluster %s missing", name)
+		}
+	}
+}
+
+func extProcOf(t *testing.T, a *anypb.Any) *extprocfilterv3.ExternalProcessor {
+	t.Helper()
+	var ep extprocfilterv3.ExternalProcessor
+	if err := a.UnmarshalTo(&ep); err != nil {
+		t.Fatal(err)
+	}
+	return &ep
+}
+
+func role(ep *extprocfilterv3.ExternalProcessor) string {
+	for _, h := range ep.GetGrpcService().GetInitialMetadata() {
+		if h.GetKey() == "x-resil-role" {
+			return h.GetValue()
+		}
+	}
+	return ""
+}
+
+// TestEnvoyYAMLRetryPolicy checks that every route's retry policy reads the
+// headers the upstream role writes.
+func TestEnvoyYAMLRetryPolicy(t *testing.T) {
+	b := loadBootstrap(t)
+	var hcmJSON []byte
+	for _, f := range b.GetStaticResources().GetListeners()[0].GetFilterChains()[0].GetFilters() {
+		hcmJSON, _ = protojson.Marshal(f.GetTypedConfig())
+	}
+	var doc struct {
+		RouteConfig json.RawMessage `json:"routeConfig"`
+	}
+	if err := json.Unmarshal(hcmJSON, &doc); err != nil {
+		t.Fatal(err)
+	}
+	var rc routev3.RouteConfiguration
+	if err := protojson.Unmarshal(doc.RouteConfig, &rc); err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range rc.GetVirtualHosts()[0].GetRoutes() {
+		rp := r.GetRoute().GetRetryPolicy()
+		if rp == nil {
+			t.Errorf("route %s has no retry policy", r.GetName())
+			continue
+		}
+		ok := len(rp.GetRetriableHeaders()) > 0 && rp.GetRetriableHeaders()[0].GetName() == "x-resil-retry" &&
+			len(rp.GetRateLimitedRetryBackOff().GetResetHeaders()) > 0 &&
+			rp.GetRateLimitedRetryBackOff().GetResetHeaders()[0].GetName() == "x-resil-retry-after" &&
+			rp.GetRateLimitedRetryBackOff().GetResetHeaders()[0].GetFormat() == routev3.RetryPolicy_SECONDS
+		if !ok {
+			t.Errorf("route %s: retry policy %v does not read x-resil-retry and x-resil-retry-after", r.GetName(), rp)
+		}
+	}
+}
