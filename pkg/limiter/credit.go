@@ -80,7 +80,7 @@ func (l *Limiter) creditDecide(cs *creditState, r *Request, hits uint64, now int
 	if now < cs.backedTo.Load() {
 		if c := cs.credit.Add(-n); c >= 0 {
 			cs.hits.Add(n)
-			if c < cs.grant.Load()/2 && cs.kicked.CompareAndSwap(false, true) {
+			if 2*c < cs.grant.Load() && cs.kicked.CompareAndSwap(false, true) {
 				l.kick()
 			}
 			return l.viewResult(cs, now, true, 0, 0)

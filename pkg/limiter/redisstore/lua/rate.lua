@@ -201,7 +201,9 @@ for i = 1, nw do
   out[#out + 1] = s.tat
 end
 for _, exp in pairs(live) do expires = math.max(expires, exp) end
-expires = math.max(expires, now + 1)
+-- Past 2^53 the state is not one the maths produce; never let it wrap
+-- into a past expiry.
+expires = math.min(math.max(expires, now + 1), 9007199254740991)
 redis.call('HSET', key, 'w', table.concat(enc, ','), 'x', fmt(expires))
 redis.call('PEXPIREAT', key, ceilms(expires))
 return out

@@ -1,0 +1,506 @@
+package redisstore_test
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"reflect"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/ratelimit-svc/ratelimit-svc/internal/redistest"
+	"github.com/ratelimit-svc/ratelimit-svc/pkg/limiter"
+	"github.com/ratelimit-svc/ratelimit-svc/pkg/limiter/limitertest"
+	"github.com/ratelimit-svc/ratelimit-svc/pkg/limiter/memstore"
+	"github.com/ratelimit-svc/ratelimit-svc/pkg/limiter/redisstore"
+)
+
+var (
+	paritySeed = flag.Uint64("parity.seed", 0, "seed of the parity test (0: from the clock)")
+	parityRuns = flag.Int("parity.sequences", 400, "random operation sequences of the parity test")
+)
+
+// TestParity runs random operation sequences against a real Redis and
+// requires every reply to equal, field by field, the reference store's
+// reply to the same operation at the instant Redis applied it (the
+// reply's Now: Redis TIME cannot be faked, so the reference follows it).
+// Sequences run concurrently, each with its own service and reference
+// store; the script cache is flushed twice on the way, so rounds take
+// the NOSCRIPT reload path.
+func TestParity(t *testing.T) {
+	srv := redistest.Start(t)
+	client := srv.Client(t)
+	loads := &loadCounter{}
+	client.AddHook(loads)
+	seed := *paritySeed
+	if seed == 0 {
+		seed = uint64(time.Now().UnixNano())
+	}
+	t.Logf("seed %d (rerun with -parity.seed=%d)", seed, seed)
+
+	n := *parityRuns
+	if testing.Short() {
+		n = 60
+	}
+	var (
+		wg     sync.WaitGroup
+		sem    = make(chan struct{}, 12)
+		ops    atomic.Int64
+		failed atomic.Bool
+		mu     sync.Mutex
+		sum    tally
+	)
+	for i := range n {
+		if i == n/3 || i == 2*n/3 {
+			if err := client.ScriptFlush(context.Background()).Err(); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if failed.Load() {
+			break
+		}
+		sem <- struct{}{}
+		wg.Add(1)
+		go func() {
+			defer func() { <-sem; wg.Done() }()
+			p := newParity(t, client, seed, i)
+			if !p.run(40) {
+				failed.Store(true)
+			}
+			ops.Add(int64(p.ops))
+			mu.Lock()
+			sum.add(p.tally)
+			mu.Unlock()
+		}()
+	}
+	wg.Wait()
+	t.Logf("%d sequences, %d operations, %d script loads; replies: %d window rolls, %d weighted sliding windows, %d with credit, %d with others' reservations",
+		n, ops.Load(), loads.n.Load(), sum.rolls, sum.weighted, sum.granted, sum.others)
+	if loads.n.Load() == 0 && !failed.Load() {
+		t.Error("no script was reloaded after SCRIPT FLUSH")
+	}
+}
+
+// loadCounter counts SCRIPT LOAD commands.
+type loadCounter struct{ n atomic.Int64 }
+
+func (*loadCounter) DialHook(next redis.DialHook) redis.DialHook { return next }
+func (l *loadCounter) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		if a := cmd.Args(); len(a) > 1 && cmd.Name() == "script" && fmt.Sprint(a[1]) == "load" {
+			l.n.Add(1)
+		}
+		return next(ctx, cmd)
+	}
+}
+func (*loadCounter) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return next
+}
+
+// parity is one sequence: a Redis store and a reference store following
+// Redis's clock.
+type parity struct {
+	t       *testing.T
+	rng     *rand.Rand
+	seq     int
+	redis   *redisstore.Store
+	ref     *memstore.Store
+	clock   *limitertest.Clock
+	keys    []string
+	rules   map[string]limiter.Rule
+	states  map[string][]limiter.WindowState
+	slots   []string
+	ids     []string
+	lastNow int64
+	ops     int
+	tally   tally
+	log     []string
+}
+
+func newParity(t *testing.T, client *redis.Client, seed uint64, seq int) *parity {
+	p := &parity{
+		t:      t,
+		rng:    rand.New(rand.NewPCG(seed, uint64(seq))),
+		seq:    seq,
+		redis:  redisstore.New(client, fmt.Sprintf("parity-%d", seq)),
+		clock:  limitertest.NewClock(time.Now()),
+		rules:  make(map[string]limiter.Rule),
+		states: make(map[string][]limiter.WindowState),
+	}
+	p.ref = memstore.New(p.clock)
+	for i := range 1 + p.rng.IntN(3) {
+		k := fmt.Sprintf("api|k=%d{x}:%c", i, rune(p.rng.IntN(256)))
+		p.keys = append(p.keys, k)
+		p.rules[k] = p.rule(seq%7 == 0)
+	}
+	for i := range 1 + p.rng.IntN(2) {
+		p.slots = append(p.slots, fmt.Sprintf("conc|%d", i))
+	}
+	for i := range 2 + p.rng.IntN(3) {
+		p.ids = append(p.ids, fmt.Sprintf("replica-%d", i))
+	}
+	p.lastNow = time.Now().UnixMicro()
+	return p
+}
+
+var periods = []time.Duration{time.Second, 7 * time.Second, time.Minute, time.Hour, 24 * time.Hour}
+
+const year = 365 * 24 * time.Hour
+
+// rule draws a valid rule; extreme ones take limits near 2^32 and day or
+// year windows, where the sliding window's products pass 2^53.
+func (p *parity) rule(extreme bool) limiter.Rule {
+	for {
+		r := limiter.Rule{Algorithm: limiter.Algorithm(p.rng.IntN(3))}
+		for range 1 + p.rng.IntN(3) {
+			w := limiter.Window{Period: periods[p.rng.IntN(len(periods))], Limit: p.limit()}
+			if extreme {
+				w.Period = []time.Duration{24 * time.Hour, year}[p.rng.IntN(2)]
+				w.Limit = 1<<32 - uint64(p.rng.IntN(3))
+			}
+			if r.Algorithm == limiter.TokenBucket && p.rng.IntN(2) == 0 {
+				w.Burst = p.limit()
+			}
+			r.Windows = append(r.Windows, w)
+		}
+		if r.Validate() == nil && tbFits(r) {
+			return r
+		}
+	}
+}
+
+// changed draws a new rule for a live key: new limits on the same
+// periods, or another number of windows (which resets the windows). A
+// key's periods never change otherwise: the rule's fingerprint is part
+// of the limiter's key, so a changed period is a new key.
+func (p *parity) changed(r limiter.Rule) limiter.Rule {
+	for {
+		n := p.rule(false)
+		if len(n.Windows) == len(r.Windows) {
+			for i := range n.Windows {
+				n.Windows[i].Period = r.Windows[i].Period
+			}
+		}
+		if n.Validate() == nil && tbFits(n) {
+			return n
+		}
+	}
+}
+
+func (p *parity) limit() uint64 {
+	switch p.rng.IntN(5) {
+	case 0:
+		return 1 + p.rng.Uint64N(5)
+	case 1:
+		return 1 + p.rng.Uint64N(100)
+	case 2:
+		return 1 + p.rng.Uint64N(100_000)
+	case 3:
+		return 1 << 32
+	default:
+		return 1 + p.rng.Uint64N(1<<32)
+	}
+}
+
+// tbFits keeps a token bucket's tolerance under 2^50 µs, so arrival
+// times with the debt the sequence pushes stay below 2^53.
+func tbFits(r limiter.Rule) bool {
+	if r.Algorithm != limiter.TokenBucket {
+		return true
+	}
+	for _, w := range r.Windows {
+		hi, lo := mul(w.Capacity(r.Algorithm), uint64(interval(w)))
+		if hi != 0 || lo > 1<<50 {
+			return false
+		}
+	}
+	return true
+}
+
+func mul(a, b uint64) (uint64, uint64) {
+	if a == 0 || b == 0 {
+		return 0, 0
+	}
+	if a > math.MaxUint64/b {
+		return 1, 0
+	}
+	return 0, a * b
+}
+
+// interval is the token bucket's emission interval in µs.
+func interval(w limiter.Window) int64 {
+	p, l := int64(w.Period/time.Microsecond), int64(w.Limit)
+	return (p + l - 1) / l
+}
+
+func (p *parity) pick(s []string) string { return s[p.rng.IntN(len(s))] }
+
+// run plays n operations; it reports false after the first mismatch.
+func (p *parity) run(n int) bool {
+	for range n {
+		var ok bool
+		switch x := p.rng.IntN(100); {
+		case x < 55:
+			ok = p.sync()
+		case x < 70:
+			ok = p.syncSlots()
+		case x < 78:
+			ok = p.heartbeat()
+		case x < 84:
+			ok = p.release()
+		case x < 87:
+			ok = p.leave()
+		case x < 88: // long enough to roll 1 s windows and forget records
+			time.Sleep(time.Duration(300+p.rng.IntN(900)) * time.Millisecond)
+			ok = true
+		default: // long enough to expire short leases
+			time.Sleep(time.Duration(p.rng.IntN(25)) * time.Millisecond)
+			ok = true
+		}
+		p.ops++
+		if !ok {
+			return false
+		}
+	}
+	return true
+}
+
+func (p *parity) fail(format string, args ...any) bool {
+	p.t.Helper()
+	p.t.Errorf("sequence %d, op %d: %s\nhistory:\n%v", p.seq, p.ops, fmt.Sprintf(format, args...), p.log)
+	return false
+}
+
+func (p *parity) sync() bool {
+	replica := p.pick(p.ids)
+	items := make([]limiter.SyncItem, 1+p.rng.IntN(3))
+	for i := range items {
+		items[i] = p.item(p.pick(p.keys))
+	}
+	got := make([]limiter.SyncResult, len(items))
+	if err := p.redis.Sync(context.Background(), replica, items, got); err != nil {
+		return p.fail("redis sync: %v", err)
+	}
+	for i := range items {
+		want := make([]limiter.SyncResult, 1)
+		p.clock.Set(time.UnixMicro(got[i].Now))
+		if err := p.ref.Sync(context.Background(), replica, items[i:i+1], want); err != nil {
+			return p.fail("reference sync: %v", err)
+		}
+		p.log = append(p.log, fmt.Sprintf("sync %s %+v → %+v", replica, items[i], got[i]))
+		if !reflect.DeepEqual(got[i], want[0]) {
+			return p.fail("sync %s item %+v\n redis     %+v\n reference %+v", replica, items[i], got[i], want[0])
+		}
+		p.count(&items[i], got[i])
+		p.lastNow = got[i].Now
+		p.states[items[i].Key] = got[i].Windows
+	}
+	return true
+}
+
+// count tallies what a reply exercised, so the test can show its reach.
+func (p *parity) count(it *limiter.SyncItem, r limiter.SyncResult) {
+	prev := p.states[it.Key]
+	for i, w := range r.Windows {
+		if i < len(prev) && len(prev) == len(r.Windows) && w.Epoch > prev[i].Epoch {
+			p.tally.rolls++
+		}
+		if it.Algorithm == limiter.SlidingWindow && w.Prev > 0 {
+			p.tally.weighted++
+		}
+	}
+	if r.Credit > 0 {
+		p.tally.granted++
+	}
+	if r.Others > 0 {
+		p.tally.others++
+	}
+}
+
+// tally counts what the replies exercised.
+type tally struct{ rolls, weighted, granted, others int64 }
+
+func (t *tally) add(o tally) {
+	t.rolls += o.rolls
+	t.weighted += o.weighted
+	t.granted += o.granted
+	t.others += o.others
+}
+
+// item draws one key's sync: hits (late, future, on boundaries, refunds,
+// huge), unused, want, waiting, share, replicas and lease.
+func (p *parity) item(key string) limiter.SyncItem {
+	r := p.rules[key]
+	if p.rng.IntN(25) == 0 { // a changed rule on a live key
+		r = p.changed(r)
+		p.rules[key] = r
+	}
+	it := limiter.SyncItem{
+		Key: key, Algorithm: r.Algorithm, Windows: r.Windows,
+		Unused: p.units(r), Want: p.units(r), Waiting: p.units(r),
+		Share:    []float64{0, 1, 0.5, 1.0 / 3, 0.9, p.rng.Float64(), 2, -0.5}[p.rng.IntN(8)],
+		Replicas: p.rng.IntN(6),
+		Lease:    []time.Duration{0, time.Millisecond, 5 * time.Millisecond, 20 * time.Millisecond, 100 * time.Millisecond, time.Second, time.Minute}[p.rng.IntN(7)],
+	}
+	for range p.rng.IntN(4) {
+		it.Hits = append(it.Hits, p.hit(r, key))
+	}
+	return it
+}
+
+func (p *parity) units(r limiter.Rule) uint64 {
+	switch p.rng.IntN(6) {
+	case 0:
+		return 0
+	case 1:
+		return math.MaxUint64
+	case 2:
+		return 1 + p.rng.Uint64N(3)
+	default:
+		return p.rng.Uint64N(r.Windows[0].Capacity(r.Algorithm) + 2)
+	}
+}
+
+func (p *parity) hit(r limiter.Rule, key string) limiter.Hit {
+	w := r.Windows[p.rng.IntN(len(r.Windows))]
+	per := int64(w.Period / time.Microsecond)
+	now := p.lastNow
+	var at int64
+	switch p.rng.IntN(7) {
+	case 0, 1:
+		at = now + p.rng.Int64N(2000)
+	case 2:
+		at = now - p.rng.Int64N(2*per+1) // late: often the previous window
+	case 3:
+		at = now/per*per - p.rng.Int64N(2) // on the boundary
+	case 4:
+		at = (now/per - 1) * per // first instant of the previous window
+	case 5:
+		at = now + 5_000_000 // ahead of Redis: counts as now
+	default:
+		at = []int64{0, -5, 1}[p.rng.IntN(3)]
+	}
+	var n int64
+	switch p.rng.IntN(8) {
+	case 0:
+		n = 0
+	case 1, 2:
+		n = -1 - p.rng.Int64N(int64(min(w.Limit, 1<<40)))
+	case 3:
+		n = int64(1) << (30 + p.rng.IntN(11))
+	default:
+		n = 1 + p.rng.Int64N(int64(min(w.Capacity(r.Algorithm), 1<<40)))
+	}
+	if r.Algorithm == limiter.TokenBucket { // refunds too: Go's n·interval must not wrap
+		room := p.bucketRoom(r, key)
+		n = max(min(n, room), -room)
+	}
+	return limiter.Hit{At: at, N: n}
+}
+
+// bucketRoom bounds a token bucket charge or refund so arrival times stay
+// below 2^53 µs, the scripts' exact range (and n·interval far from int64
+// overflow in the reference).
+func (p *parity) bucketRoom(r limiter.Rule, key string) int64 {
+	room := int64(1) << 40
+	st := p.states[key]
+	for i, w := range r.Windows {
+		tat := p.lastNow + 10_000_000
+		if i < len(st) {
+			tat = max(tat, st[i].TAT)
+		}
+		room = min(room, max((1<<52-tat)/interval(w), 0))
+	}
+	return room / 16 // up to 3 hits in each of 3 items of a round
+
+}
+
+func (p *parity) syncSlots() bool {
+	replica := p.pick(p.ids)
+	items := make([]limiter.SlotItem, 1+p.rng.IntN(2))
+	for i := range items {
+		items[i] = limiter.SlotItem{
+			Key:   p.pick(p.slots),
+			Max:   []uint64{0, 1, 3, 10, 1 << 32}[p.rng.IntN(5)],
+			Held:  p.rng.Uint64N(6),
+			Want:  p.rng.Uint64N(6),
+			Lease: []time.Duration{0, time.Millisecond, 10 * time.Millisecond, time.Second}[p.rng.IntN(4)],
+		}
+	}
+	got := make([]limiter.SlotResult, len(items))
+	if err := p.redis.SyncSlots(context.Background(), replica, items, got); err != nil {
+		return p.fail("redis sync slots: %v", err)
+	}
+	for i := range items {
+		want := make([]limiter.SlotResult, 1)
+		p.clock.Set(time.UnixMicro(got[i].Now))
+		if err := p.ref.SyncSlots(context.Background(), replica, items[i:i+1], want); err != nil {
+			return p.fail("reference sync slots: %v", err)
+		}
+		p.log = append(p.log, fmt.Sprintf("slots %s %+v → %+v", replica, items[i], got[i]))
+		if got[i] != want[0] {
+			return p.fail("sync slots %s %+v\n redis     %+v\n reference %+v", replica, items[i], got[i], want[0])
+		}
+		p.lastNow = got[i].Now
+	}
+	return true
+}
+
+func (p *parity) heartbeat() bool {
+	replica := p.pick(p.ids)
+	lease := []time.Duration{0, time.Millisecond, 20 * time.Millisecond, 3 * time.Second}[p.rng.IntN(4)]
+	got, err := p.redis.Heartbeat(context.Background(), replica, lease)
+	if err != nil {
+		return p.fail("redis heartbeat: %v", err)
+	}
+	p.clock.Set(time.UnixMicro(got.Now))
+	want, err := p.ref.Heartbeat(context.Background(), replica, lease)
+	if err != nil {
+		return p.fail("reference heartbeat: %v", err)
+	}
+	p.log = append(p.log, fmt.Sprintf("heartbeat %s %v → %+v", replica, lease, got))
+	if got != want {
+		return p.fail("heartbeat %s %v: redis %+v, reference %+v", replica, lease, got, want)
+	}
+	p.lastNow = got.Now
+	return true
+}
+
+func (p *parity) release() bool {
+	replica := p.pick(p.ids)
+	var keys, slots []string
+	for _, k := range p.keys {
+		if p.rng.IntN(2) == 0 {
+			keys = append(keys, k)
+		}
+	}
+	if p.rng.IntN(2) == 0 {
+		slots = append(slots, p.pick(p.slots))
+	}
+	p.log = append(p.log, fmt.Sprintf("release %s %q %q", replica, keys, slots))
+	if err := p.redis.Release(context.Background(), replica, keys, slots); err != nil {
+		return p.fail("redis release: %v", err)
+	}
+	if err := p.ref.Release(context.Background(), replica, keys, slots); err != nil {
+		return p.fail("reference release: %v", err)
+	}
+	return true
+}
+
+func (p *parity) leave() bool {
+	replica := p.pick(p.ids)
+	p.log = append(p.log, "leave "+replica)
+	if err := p.redis.Leave(context.Background(), replica); err != nil {
+		return p.fail("redis leave: %v", err)
+	}
+	if err := p.ref.Leave(context.Background(), replica); err != nil {
+		return p.fail("reference leave: %v", err)
+	}
+	return true
+}
