@@ -79,6 +79,9 @@ func (r *simRun) caller(l *limiter.Limiter, rep, c int, s sim, end time.Time) {
 	req := []limiter.Request{{Key: key, Rule: s.rule, Hits: s.hits}}
 	out := make([]limiter.Result, 1)
 	pace := s.pace(rep)
+	if pace >= s.duration {
+		return // a silent replica
+	}
 	time.Sleep(pace * time.Duration(c) / time.Duration(s.callers)) // spread callers
 	for time.Now().Before(end) {
 		at := time.Now()
