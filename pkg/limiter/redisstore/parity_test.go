@@ -50,7 +50,7 @@ func TestParity(t *testing.T) {
 	}
 	var (
 		wg     sync.WaitGroup
-		sem    = make(chan struct{}, 12)
+		sem    = make(chan struct{}, 32)
 		ops    atomic.Int64
 		failed atomic.Bool
 		mu     sync.Mutex
