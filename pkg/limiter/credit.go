@@ -120,6 +120,11 @@ func (l *Limiter) wait(cs *creditState, rule *Rule, n int64, now int64) Result {
 	}
 	now = l.clock.Now().UnixNano()
 	ok, wait := l.viewAdmits(cs, now, n)
+	if ok && !l.storeHealthy() {
+		// The store is failing, not slow: the view goes stale with every
+		// admit elsewhere, so deny until credit or degraded mode decides.
+		ok, wait = false, rule.Tuning.syncInterval()
+	}
 	if ok {
 		cs.hits.Add(n)
 		l.count(modeOverrun)

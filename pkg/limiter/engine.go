@@ -106,10 +106,10 @@ func (l *Limiter) degradedDecide(cs *creditState, rule *Rule, n int64, now int64
 	}
 	cs.mu.Lock()
 	defer cs.mu.Unlock()
-	if len(cs.fallback) != len(rule.Windows) {
-		cs.fallback = make([]WindowState, len(rule.Windows))
-	}
 	shares := uint64(max(l.replicas.Load(), 1))
+	if len(cs.fallback) != len(rule.Windows) {
+		cs.fallback = cs.seedFallback(l, rule, shares, now)
+	}
 	res := Result{Allowed: true}
 	var wait time.Duration
 	for i, w := range rule.Windows {
@@ -136,4 +136,23 @@ func (l *Limiter) degradedDecide(cs *creditState, rule *Rule, n int64, now int64
 	}
 	cs.hits.Add(n)
 	return res
+}
+
+// seedFallback starts the local windows of degraded mode from this
+// replica's share of the last view plus its unpushed admits, so entering
+// fail-static in mid-window does not hand out a fresh ⌈L/N⌉. cs.mu must be
+// held.
+func (cs *creditState) seedFallback(l *Limiter, rule *Rule, shares uint64, now int64) []WindowState {
+	fb := make([]WindowState, len(rule.Windows))
+	if cs.view == nil || rule.Algorithm == TokenBucket {
+		return fb
+	}
+	snow := l.storeNow(now)
+	pending := uint64(max(cs.hits.Load(), 0))
+	for i, w := range storeWindows(rule.Windows) {
+		v := cs.view[i]
+		v.Roll(w, snow)
+		fb[i] = WindowState{Epoch: v.Epoch, Cur: v.Cur/shares + pending, Prev: v.Prev / shares}
+	}
+	return fb
 }

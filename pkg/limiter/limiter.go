@@ -81,6 +81,7 @@ type Limiter struct {
 	offset     atomic.Int64 // store clock − local clock, µs
 	clockKnown atomic.Bool
 	lastOK     atomic.Int64 // local ns of the last successful store call
+	lastFail   atomic.Int64 // local ns of the last failed store call
 	kickCh     chan struct{}
 	stats      stats
 }

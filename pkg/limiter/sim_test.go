@@ -3,7 +3,9 @@ package limiter_test
 import (
 	"context"
 	"fmt"
+	"slices"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -32,6 +34,7 @@ type simRun struct {
 	admitted map[int64]uint64 // second since start → units admitted
 	offered  map[int64]uint64
 	perRep   []uint64
+	times    []time.Duration // admission instants, one per admitted request
 	denied   int
 	// deniedInterior counts denials after the first (cold) second.
 	deniedInterior int
@@ -93,6 +96,7 @@ func (r *simRun) caller(l *limiter.Limiter, rep, c int, s sim, end time.Time) {
 		if ok {
 			r.admitted[sec] += n
 			r.perRep[rep] += n
+			r.times = append(r.times, at.Sub(r.start))
 		} else {
 			r.denied++
 			if sec > 0 {
@@ -216,5 +220,210 @@ func TestSimWeightedHits(t *testing.T) {
 	big := sim{rule: perSecond(50), replicas: 1, callers: 1, hits: 51, pace: func(int) time.Duration { return 100 * time.Millisecond }, duration: time.Second}.run(t)
 	if big.denied == 0 || len(big.admitted) > 0 && big.admitted[0] > 0 {
 		t.Errorf("a request larger than the limit must be denied: %+v", big.admitted)
+	}
+}
+
+func TestSimAdaptiveSync(t *testing.T) {
+	// 5 requests a second against 50/s: a quiet key.
+	r := sim{rule: perSecond(50), replicas: 1, callers: 1, pace: func(int) time.Duration { return 200 * time.Millisecond }, duration: 10 * time.Second}.run(t)
+	st := r.lims[0].Stats()
+	t.Logf("%d round trips in 10 s", st.Rounds)
+	if st.Rounds > 13 {
+		t.Errorf("%d round trips in 10 s for a key at 10%% of its limit", st.Rounds)
+	}
+}
+
+// switchStore fails every call while down is set, as an unreachable Redis.
+type switchStore struct {
+	limiter.Store
+	down atomic.Bool
+}
+
+func (s *switchStore) err() error {
+	if s.down.Load() {
+		return fmt.Errorf("switched off: %w", limiter.ErrStoreUnavailable)
+	}
+	return nil
+}
+
+func (s *switchStore) Sync(ctx context.Context, r string, it []limiter.SyncItem, out []limiter.SyncResult) error {
+	if err := s.err(); err != nil {
+		return err
+	}
+	return s.Store.Sync(ctx, r, it, out)
+}
+
+func (s *switchStore) Heartbeat(ctx context.Context, r string, lease time.Duration) (limiter.Membership, error) {
+	if err := s.err(); err != nil {
+		return limiter.Membership{}, err
+	}
+	return s.Store.Heartbeat(ctx, r, lease)
+}
+
+func TestSimFailStatic(t *testing.T) {
+	st := &switchStore{Store: memstore.New(nil)}
+	pace := time.Second * 16 / 250 // 5× of 50/s
+	r := sim{rule: perSecond(50), replicas: 4, callers: 4, store: st, duration: 9 * time.Second,
+		pace: func(int) time.Duration { return pace },
+		during: func(r *simRun) {
+			time.Sleep(2 * time.Second)
+			st.down.Store(true)
+			time.Sleep(5 * time.Second)
+			st.down.Store(false)
+		}}.run(t)
+	t.Logf("admitted per second: %v", seconds(r.admitted, 9))
+	for sec := int64(0); sec < 9; sec++ {
+		if got := r.admitted[sec]; got > 50+4 {
+			t.Errorf("second %d admitted %d > L + N", sec, got)
+		}
+	}
+	for _, sec := range []int64{4, 5, 6} { // degraded: each replica enforces ⌈50/4⌉
+		if got := r.admitted[sec]; got < 50-4 {
+			t.Errorf("degraded second %d admitted %d < L − N", sec, got)
+		}
+	}
+	for _, l := range r.lims {
+		if l.Stats().Decisions["degraded"] == 0 {
+			t.Error("a replica never decided in degraded mode")
+		}
+	}
+}
+
+func seconds(m map[int64]uint64, n int64) []uint64 {
+	out := make([]uint64, n)
+	for i := range out {
+		out[i] = m[int64(i)]
+	}
+	return out
+}
+
+func TestSimLeaseExpiry(t *testing.T) {
+	st := memstore.New(nil)
+	dead := &switchStore{Store: st}
+	rule := perSecond(50)
+	synctest.Test(t, func(t *testing.T) {
+		ctx, cancel := context.WithCancel(context.Background())
+		defer cancel()
+		a := limiter.New(limiter.WithStore(dead, "a"))
+		b := limiter.New(limiter.WithStore(st, "b"))
+		go a.Run(ctx)
+		go b.Run(ctx)
+		key := []byte("k|" + rule.Fingerprint())
+		req := []limiter.Request{{Key: key, Rule: rule}}
+		out := make([]limiter.Result, 1)
+		for range 30 { // a takes credit, then dies holding it
+			a.Decide(req, out)
+			time.Sleep(10 * time.Millisecond)
+		}
+		dead.down.Store(true)
+		// Within lease (3 s) + 1 s, b gets the whole limit back.
+		time.Sleep(4*time.Second + time.Until(time.Now().Truncate(time.Second).Add(time.Second)))
+		admitted := 0
+		for range 100 {
+			if ok, _ := b.Decide(req, out); ok {
+				admitted++
+			}
+			time.Sleep(5 * time.Millisecond)
+		}
+		if admitted < 48 {
+			t.Errorf("b admitted %d of 50 after a's lease expired", admitted)
+		}
+	})
+}
+
+func TestSimChangedLimit(t *testing.T) {
+	st := memstore.New(nil)
+	synctest.Test(t, func(t *testing.T) {
+		time.Sleep(time.Until(time.Now().Truncate(time.Minute).Add(time.Minute)))
+		run := func(rule *limiter.Rule, n int) int {
+			ctx, cancel := context.WithCancel(context.Background())
+			l := limiter.New(limiter.WithStore(st, "r"))
+			done := make(chan struct{})
+			go func() { l.Run(ctx); close(done) }()
+			req := []limiter.Request{{Key: []byte("k|" + rule.Fingerprint()), Rule: rule}}
+			out := make([]limiter.Result, 1)
+			admitted := 0
+			for range n {
+				if ok, _ := l.Decide(req, out); ok {
+					admitted++
+				}
+				time.Sleep(10 * time.Millisecond)
+			}
+			cancel() // a restart: push hits, release, leave
+			<-done
+			return admitted
+		}
+		perMinute := func(limit uint64) *limiter.Rule {
+			return &limiter.Rule{Windows: []limiter.Window{{Limit: limit, Period: time.Minute}}}
+		}
+		if got := run(perMinute(20), 30); got != 20 {
+			t.Fatalf("first run admitted %d of 20", got)
+		}
+		if got := run(perMinute(20), 10); got != 0 {
+			t.Errorf("the same limit after a restart admitted %d: state was lost", got)
+		}
+		if got := run(perMinute(21), 30); got != 21 {
+			t.Errorf("a changed limit admitted %d, want a fresh 21", got)
+		}
+	})
+}
+
+// TestSimRetryAfterIsHonoured: a client that waits exactly the Retry-After
+// it was given is admitted almost always (when no one else took the budget
+// meanwhile). Its requests alternate between two replicas.
+func TestSimRetryAfterIsHonoured(t *testing.T) {
+	for _, alg := range []limiter.Algorithm{limiter.FixedWindow, limiter.SlidingWindow, limiter.TokenBucket} {
+		rule := perSecond(20)
+		rule.Algorithm = alg
+		synctest.Test(t, func(t *testing.T) {
+			ctx, cancel := context.WithCancel(context.Background())
+			defer cancel()
+			st := memstore.New(nil)
+			var lims []*limiter.Limiter
+			for i := range 2 {
+				l := limiter.New(limiter.WithStore(st, fmt.Sprint(i)))
+				lims = append(lims, l)
+				go l.Run(ctx)
+			}
+			req := []limiter.Request{{Key: []byte("k|" + rule.Fingerprint()), Rule: rule}}
+			out := make([]limiter.Result, 1)
+			retries, honoured := 0, 0
+			end := time.Now().Add(10 * time.Second)
+			for i := 0; time.Now().Before(end); i++ {
+				if ok, _ := lims[i%2].Decide(req, out); ok {
+					time.Sleep(7 * time.Millisecond)
+					continue
+				}
+				time.Sleep(out[0].RetryAfter)
+				retries++
+				if ok, _ := lims[(i+1)%2].Decide(req, out); ok {
+					honoured++
+				}
+			}
+			t.Logf("%v: %d of %d retries at Retry-After admitted", alg, honoured, retries)
+			if retries < 10 || honoured*100 < retries*99 {
+				t.Errorf("%v: %d of %d retries at Retry-After admitted", alg, honoured, retries)
+			}
+		})
+	}
+}
+
+func TestSimTokenBucketEnvelope(t *testing.T) {
+	rule := &limiter.Rule{Algorithm: limiter.TokenBucket, Windows: []limiter.Window{{Limit: 20, Period: time.Second, Burst: 10}}}
+	pace := time.Second * 16 / 100 // 5× of 20/s
+	r := sim{rule: rule, replicas: 4, callers: 4, pace: func(int) time.Duration { return pace }, duration: 8 * time.Second}.run(t)
+	ts := slices.Clone(r.times)
+	slices.Sort(ts)
+	for i := range ts {
+		for j := i; j < len(ts); j++ {
+			tau := ts[j] - ts[i]
+			bound := 10 + tau.Seconds()*20 + 1
+			if float64(j-i+1) > bound {
+				t.Fatalf("%d admitted within %v > B + τ·L/W + 1 = %.1f", j-i+1, tau, bound)
+			}
+		}
+	}
+	if len(ts) < 8*20*9/10 {
+		t.Errorf("only %d admitted in 8 s of a 20/s bucket at 5× load", len(ts))
 	}
 }

@@ -80,15 +80,19 @@ func (l *Limiter) learnClock(sent, storeNow int64) {
 }
 
 func (l *Limiter) storeFailed(err error) {
+	l.lastFail.Store(l.clock.Now().UnixNano())
 	l.stats.syncFailures.Add(1)
 	l.log.Debug("store call failed", "err", err)
 }
+
+// storeHealthy reports whether the last store call succeeded.
+func (l *Limiter) storeHealthy() bool { return l.lastFail.Load() <= l.lastOK.Load() }
 
 // degraded reports whether rule must be decided without the store: it has
 // been unreachable for longer than the rule's CacheTTL.
 func (l *Limiter) degraded(rule *Rule, now int64) bool {
 	ok := l.lastOK.Load()
-	return ok != 0 && now-ok > int64(rule.Tuning.cacheTTL())
+	return !l.storeHealthy() && ok != 0 && now-ok > int64(rule.Tuning.cacheTTL())
 }
 
 // SyncRound runs one round now: every key that is due, asked for, or half
@@ -191,14 +195,18 @@ func (l *Limiter) prepare(cs *creditState, now int64) SyncItem {
 	return it
 }
 
-// want sizes the credit to ask for from the key's rate over the coming
-// sync interval, doubled, at least what waiters need.
+// want sizes the credit to ask for from the key's rate until its next
+// regular sync (one sync interval when busy, a second when quiet), doubled,
+// at least what waiters need.
 func (cs *creditState) want(now, pushed int64) uint64 {
 	if cs.lastSync > 0 && now > cs.lastSync {
 		sample := float64(max(pushed, 0)) / (float64(now-cs.lastSync) / 1e9)
 		cs.rate = (cs.rate + sample) / 2
 	}
-	horizon := cs.rule.Tuning.syncInterval().Seconds()
+	horizon := quietInterval.Seconds()
+	if cs.busy {
+		horizon = cs.rule.Tuning.syncInterval().Seconds()
+	}
 	w := uint64(math.Ceil(cs.rate * horizon * 2))
 	w = max(w, cs.waiting, 1)
 	return min(w, minCapacity(cs.rule))
