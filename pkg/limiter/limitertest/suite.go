@@ -375,7 +375,7 @@ func testRecordExpiry(t *testing.T, st limiter.Store) {
 // layout ('{', '}', '|', ':', binary) share no state.
 func testDistinctKeys(t *testing.T, st limiter.Store) {
 	keys := []string{"a", "a{b}", "{a}b", "a}b{", "a|b", "a:b", "a\\:b", "\x00\xff", "", "a\x00", "{}", "{a}"}
-	ws := fixed(10, time.Hour)
+	ws := fixed(100, time.Hour)
 	for i, k := range keys {
 		r := sync1(t, st, "a", item(k, ws, uint64(i+1)))
 		expect(t, fmt.Sprintf("credit of %q", k), r.Credit, uint64(i+1))
