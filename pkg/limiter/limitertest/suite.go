@@ -170,7 +170,7 @@ func testSplitShare(t *testing.T, st limiter.Store) {
 	it := item("k", ws, 1000)
 	it.Share, it.Replicas = 0.5, 2
 	expect(t, "credit at share 0.5 of 2", sync1(t, st, "a", it).Credit, 25) // ⌊0.5·100/2⌋
-	it.Key, it.Share, it.Replicas = "k2", 0, 0                            // zero share means 1, zero replicas 1
+	it.Key, it.Share, it.Replicas = "k2", 0, 0                              // zero share means 1, zero replicas 1
 	expect(t, "credit at share 0 of 0", sync1(t, st, "a", it).Credit, 100)
 	it.Key, it.Share, it.Replicas = "k3", 1, 3
 	expect(t, "credit want-capped", sync1(t, st, "a", item("k4", ws, 7)).Credit, 7)
