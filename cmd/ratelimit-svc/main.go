@@ -1,6 +1,6 @@
-// Command ratelimit-svc serves Envoy's Rate Limit Service v3 over the
-// policies of a directory, with health, reflection and an HTTP port for
-// /healthcheck, /metrics, /json and /debug.
+// Command ratelimit-svc serves Envoy's Rate Limit Service v3 and external
+// processor over the policies of a directory, with health, reflection and
+// an HTTP port for /healthcheck, /metrics, /json and /debug.
 package main
 
 import (
@@ -148,9 +148,10 @@ func (a *app) drain() {
 	}
 }
 
-// registerGRPC puts RLS, health and reflection on one server.
-func registerGRPC(s *grpc.Server, rls *envoyapi.RLS, h *health.Server) {
+// registerGRPC puts RLS, ext_proc, health and reflection on one server.
+func registerGRPC(s *grpc.Server, rls *envoyapi.RLS, xp *envoyapi.ExtProc, h *health.Server) {
 	envoyapi.RegisterRLS(s, rls)
+	envoyapi.RegisterExtProc(s, xp)
 	healthpb.RegisterHealthServer(s, h)
 	h.SetServingStatus("", healthpb.HealthCheckResponse_SERVING)
 	for _, n := range healthNames {

@@ -8,16 +8,21 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	rlcommonv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
+	extprocfilterv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/ext_proc/v3"
+	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
 	ratelimitv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+
+	"github.com/ratelimit-svc/ratelimit-svc/pkg/envoyapi/envoytest"
 )
 
 func freeAddr(t *testing.T) string {
@@ -201,4 +206,30 @@ func get(t *testing.T, url string) string {
 	defer resp.Body.Close()
 	b, _ := io.ReadAll(resp.Body)
 	return string(b)
+}
+
+func TestServesExtProcOnTheSamePort(t *testing.T) {
+	s := start(t, "../../config")
+	conn, err := grpc.NewClient(s.grpcAddr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	f := &envoytest.Filter{Client: extprocv3.NewExternalProcessorClient(conn), Role: "downstream",
+		RequestBodyMode: extprocfilterv3.ProcessingMode_BUFFERED}
+	body := `{"model":"gpt-4o","messages":[{"role":"user","content":"hi"}]}`
+	req := envoytest.Request{Body: []byte(body), Headers: envoytest.H(":method", "POST", ":path", "/v1/chat/completions",
+		":authority", "gw", ":scheme", "http", "content-type", "application/json", "content-length", strconv.Itoa(len(body)))}
+	x, err := f.RoundTrip(context.Background(), req, func(envoytest.Request) envoytest.Response {
+		return envoytest.Response{Headers: envoytest.H(":status", "200", "content-type", "application/json"), Body: []byte(`{}`)}
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := x.Forwarded.Headers.Value("x-resil-target"); got != "gpt-4o" {
+		t.Fatalf("x-resil-target = %q; forwarded %v", got, x.Forwarded.Headers)
+	}
+	if got := x.Response.Headers.Value("x-ratelimit-limit"); got != "600" {
+		t.Fatalf("x-ratelimit-limit = %q; response %v", got, x.Response.Headers)
+	}
 }

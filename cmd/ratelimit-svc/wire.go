@@ -18,6 +18,7 @@ import (
 	"github.com/ratelimit-svc/ratelimit-svc/pkg/envoyapi"
 	"github.com/ratelimit-svc/ratelimit-svc/pkg/limiter"
 	"github.com/ratelimit-svc/ratelimit-svc/pkg/policy"
+	"github.com/ratelimit-svc/ratelimit-svc/pkg/resilience"
 )
 
 // wire builds every part of the service and binds its ports; nothing runs
@@ -35,9 +36,12 @@ func wire(cfg config, log *slog.Logger, tel *telemetry, headers envoyapi.HeaderM
 	a.lim = limiter.New(limiter.WithLogger(log.With("component", "limiter")))
 	a.rls = envoyapi.NewRLS(pol, a.lim, envoyapi.WithLogger(log.With("component", "rls")),
 		envoyapi.WithMeterProvider(tel.provider), envoyapi.WithResponseHeaders(headers))
+	breakers := resilience.NewRegistry(resilience.WithStateChange(envoyapi.BreakerTransitions(tel.provider)))
+	xp := envoyapi.NewExtProc(pol, envoyapi.ExtProcDeps{Limits: a.lim, Slots: a.lim, Breakers: breakers},
+		envoyapi.WithLogger(log.With("component", "extproc")), envoyapi.WithMeterProvider(tel.provider))
 	a.health = health.NewServer()
 	a.grpc = grpc.NewServer()
-	registerGRPC(a.grpc, a.rls, a.health)
+	registerGRPC(a.grpc, a.rls, xp, a.health)
 	a.http = &http.Server{Handler: a.routes(), ReadHeaderTimeout: httpHeaderTimeout}
 	if a.grpcLis, err = net.Listen("tcp", cfg.GRPCAddr); err != nil {
 		return nil, fmt.Errorf("--grpc-addr: %w", err)

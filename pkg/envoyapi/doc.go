@@ -1,6 +1,9 @@
 // Package envoyapi adapts Envoy's gRPC services to the project's domain:
 // the Rate Limit Service v3 (ShouldRateLimit) over pkg/policy and
-// pkg/limiter, and its JSON twin for curl. It is the only package that
+// pkg/limiter, its JSON twin for curl, and the external processor
+// (ext_proc) that applies targets' fallback chains, breakers, limits and
+// concurrency caps to LLM and API traffic in two roles (downstream, before
+// the router; upstream, once per attempt). It is the only package that
 // imports go-control-plane; errors become gRPC statuses in one place
 // (status.go).
 //
