@@ -20,7 +20,7 @@ import (
 type sim struct {
 	rule     *limiter.Rule
 	replicas int
-	callers  int           // per replica
+	callers  int                             // per replica
 	pace     func(replica int) time.Duration // gap between one caller's requests
 	hits     uint64
 	duration time.Duration
@@ -38,9 +38,9 @@ type simRun struct {
 	denied   int
 	// deniedInterior counts denials after the first (cold) second.
 	deniedInterior int
-	start    time.Time
-	lims     []*limiter.Limiter
-	waits    int
+	start          time.Time
+	lims           []*limiter.Limiter
+	waits          int
 }
 
 func (s sim) run(t *testing.T) *simRun {
