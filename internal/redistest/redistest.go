@@ -64,7 +64,7 @@ func startNode(tb testing.TB, bin string, cluster bool, args []string) *Server {
 // Client returns a client of s that does not retry, closed when the test
 // ends.
 func (s *Server) Client(tb testing.TB) *redis.Client {
-	c := redis.NewClient(&redis.Options{Addr: s.Addr, MaxRetries: -1})
+	c := redis.NewClient(&redis.Options{Addr: s.Addr, MaxRetries: -1, DialerRetries: 1})
 	tb.Cleanup(func() { c.Close() })
 	return c
 }
@@ -96,15 +96,20 @@ func lookPath(tb testing.TB, name string) string {
 	return ""
 }
 
+// start runs one server. A first argument ending in ".conf" is a
+// configuration file, which redis-server wants before any option.
 func start(bin, dir string, cluster bool, args []string) (*Server, error) {
 	port, err := freePort(cluster)
 	if err != nil {
 		return nil, err
 	}
-	argv := append([]string{
-		"--port", strconv.Itoa(port), "--bind", "127.0.0.1",
-		"--save", "", "--appendonly", "no", "--dir", dir,
-	}, args...)
+	var argv []string
+	if len(args) > 0 && strings.HasSuffix(args[0], ".conf") {
+		argv, args = append(argv, args[0]), args[1:]
+	}
+	argv = append(argv, "--port", strconv.Itoa(port), "--bind", "127.0.0.1",
+		"--save", "", "--appendonly", "no", "--dir", dir)
+	argv = append(argv, args...)
 	s := &Server{
 		Addr:   net.JoinHostPort("127.0.0.1", strconv.Itoa(port)),
 		exited: make(chan struct{}),
@@ -175,6 +180,8 @@ func (s *Server) waitPing() error {
 		}
 	}
 }
+
+func splitAddr(addr string) (host, port string, err error) { return net.SplitHostPort(addr) }
 
 func tail(s string) string {
 	lines := strings.Split(strings.TrimSpace(s), "\n")
