@@ -24,40 +24,56 @@ const (
 type rlsMetrics struct {
 	decisions metric.Int64Counter
 	requests  metric.Int64Counter
-	attrs     sync.Map // domain + outcome → metric.MeasurementOption
+	mu        sync.RWMutex
+	attrs     map[labels]metric.MeasurementOption
 }
+
+// labels is one label set: the domain and up to two more name/value pairs.
+type labels struct{ domain, k1, v1, k2, v2 string }
 
 func newRLSMetrics(m metric.Meter) *rlsMetrics {
 	dec, _ := m.Int64Counter("ratelimit_decisions",
 		metric.WithDescription("Descriptor decisions by domain, outcome and mode."))
 	req, _ := m.Int64Counter("ratelimit_requests",
 		metric.WithDescription("ShouldRateLimit calls by domain and overall code."))
-	return &rlsMetrics{decisions: dec, requests: req}
+	return &rlsMetrics{decisions: dec, requests: req, attrs: make(map[labels]metric.MeasurementOption)}
 }
 
 // opt returns the cached attribute option for a label set, so steady-state
 // recording allocates nothing.
-func (m *rlsMetrics) opt(domain, name, value string) metric.MeasurementOption {
-	k := domain + "\x00" + name + "\x00" + value
-	if o, ok := m.attrs.Load(k); ok {
-		return o.(metric.MeasurementOption)
+func (m *rlsMetrics) opt(l labels) metric.MeasurementOption {
+	m.mu.RLock()
+	o, ok := m.attrs[l]
+	m.mu.RUnlock()
+	if ok {
+		return o
 	}
-	o := metric.WithAttributeSet(attribute.NewSet(
-		attribute.String("domain", domain), attribute.String(name, value), attribute.String("mode", "local")))
-	m.attrs.Store(k, o)
+	attrs := []attribute.KeyValue{attribute.String("domain", l.domain), attribute.String(l.k1, l.v1)}
+	if l.k2 != "" {
+		attrs = append(attrs, attribute.String(l.k2, l.v2))
+	}
+	o = metric.WithAttributeSet(attribute.NewSet(attrs...))
+	m.mu.Lock()
+	m.attrs[l] = o
+	m.mu.Unlock()
 	return o
 }
 
 func (s *RLS) record(ctx context.Context, domain string, b *batch, resp *ratelimitv3.RateLimitResponse) {
 	m := s.metrics
 	for i := range b.plans {
-		m.decisions.Add(ctx, 1, m.opt(domain, "outcome", outcomeOf(b, &b.plans[i])))
+		p := &b.plans[i]
+		mode := limiter.ModeLocal
+		if p.kind == limited {
+			mode = b.results[p.batchIdx].Mode
+		}
+		m.decisions.Add(ctx, 1, m.opt(labels{domain, "outcome", outcomeOf(b, p), "mode", mode.String()}))
 	}
 	code := "ok"
 	if resp.OverallCode == ratelimitv3.RateLimitResponse_OVER_LIMIT {
 		code = "over_limit"
 	}
-	m.requests.Add(ctx, 1, m.opt(domain, "code", code))
+	m.requests.Add(ctx, 1, m.opt(labels{domain: domain, k1: "code", v1: code}))
 }
 
 func outcomeOf(b *batch, p *plan) string {

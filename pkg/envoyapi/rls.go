@@ -76,7 +76,11 @@ func (s *RLS) ShouldRateLimit(ctx context.Context, req *ratelimitv3.RateLimitReq
 	if s.headers != HeadersOff {
 		resp.ResponseHeadersToAdd = rateLimitHeaders(s.headers, resp.Statuses)
 	}
-	s.record(ctx, req.Domain, b, resp)
+	label := req.Domain
+	if root == nil {
+		label = "_unknown" // bounded label set: clients choose domains
+	}
+	s.record(ctx, label, b, resp)
 	return resp, nil
 }
 

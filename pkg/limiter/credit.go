@@ -127,23 +127,27 @@ func (l *Limiter) wait(cs *creditState, rule *Rule, n int64, now int64) Result {
 	}
 	if ok {
 		cs.hits.Add(n)
-		l.count(modeOverrun)
+		l.count(ModeOverrun)
 	}
-	return l.viewResult(cs, now, ok, wait, n)
+	res := l.viewResult(cs, now, ok, wait, n)
+	res.Mode = ModeOverrun
+	return res
 }
 
 func (l *Limiter) afterWait(cs *creditState, ok bool, n int64, cold bool) Result {
 	now := l.clock.Now().UnixNano()
+	mode := ModeSync
 	if cold {
-		l.count(modeCold)
-	} else {
-		l.count(modeSync)
+		mode = ModeCold
 	}
+	l.count(mode)
 	var wait time.Duration
 	if !ok {
 		_, wait = l.viewAdmits(cs, now, n)
 	}
-	return l.viewResult(cs, now, ok, wait, n)
+	res := l.viewResult(cs, now, ok, wait, n)
+	res.Mode = mode
+	return res
 }
 
 // dropWaiter removes w after its timeout; served reports that a sync

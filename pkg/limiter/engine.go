@@ -6,17 +6,28 @@ import (
 	"time"
 )
 
-// Modes name how a decision was made, for metrics.
+// Mode says how a decision was made, for metrics.
+type Mode uint8
+
+// Modes of a decision.
 const (
-	modeLocal    = iota // from credit (or local-only rules)
-	modeSync            // after waiting for a sync round
-	modeCold            // the key's first sync
-	modeOverrun         // the store was slow: decided on the last view
-	modeDegraded        // the store is unreachable: fail-static or fail-open
+	ModeLocal    Mode = iota // in process: from credit, or a local-only rule
+	ModeSync                 // after waiting for a sync round
+	ModeCold                 // after the key's first sync
+	ModeOverrun              // the store was slow: decided on the last view
+	ModeDegraded             // the store is unreachable: fail-static or fail-open
 	modeCount
 )
 
 var modeNames = [modeCount]string{"local", "sync", "cold", "overrun", "degraded"}
+
+// String names the mode as metrics label it.
+func (m Mode) String() string {
+	if m < modeCount {
+		return modeNames[m]
+	}
+	return "unknown"
+}
 
 // Stats are the engine's counters since start.
 type Stats struct {
@@ -38,7 +49,7 @@ type stats struct {
 	syncFailures atomic.Uint64
 }
 
-func (l *Limiter) count(mode int) { l.stats.modes[mode].Add(1) }
+func (l *Limiter) count(mode Mode) { l.stats.modes[mode].Add(1) }
 
 // Stats returns the engine's counters.
 func (l *Limiter) Stats() Stats {
@@ -99,10 +110,10 @@ func (l *Limiter) newCredit(key string, rule *Rule, now int64) *creditState {
 // all; fail-static enforces ⌈L/N⌉ of every window locally. Either way the
 // admits are pushed on recovery and paid back.
 func (l *Limiter) degradedDecide(cs *creditState, rule *Rule, n int64, now int64) Result {
-	l.count(modeDegraded)
+	l.count(ModeDegraded)
 	if rule.Tuning.OnStoreUnavailable == FailOpen {
 		cs.hits.Add(n)
-		return Result{Allowed: true, Limit: rule.Windows[0].Limit, Period: rule.Windows[0].Period}
+		return Result{Allowed: true, Limit: rule.Windows[0].Limit, Period: rule.Windows[0].Period, Mode: ModeDegraded}
 	}
 	cs.mu.Lock()
 	defer cs.mu.Unlock()
@@ -110,7 +121,7 @@ func (l *Limiter) degradedDecide(cs *creditState, rule *Rule, n int64, now int64
 	if len(cs.fallback) != len(rule.Windows) {
 		cs.fallback = cs.seedFallback(l, rule, shares, now)
 	}
-	res := Result{Allowed: true}
+	res := Result{Allowed: true, Mode: ModeDegraded}
 	var wait time.Duration
 	for i, w := range rule.Windows {
 		w.Limit = (w.Limit + shares - 1) / shares

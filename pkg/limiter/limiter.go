@@ -60,6 +60,8 @@ type Result struct {
 	// larger than a window can ever hold it is the time until that window
 	// resets, and the request is denied at once.
 	RetryAfter time.Duration
+	// Mode says how the decision was made.
+	Mode Mode
 }
 
 // ErrBatchSize reports mismatched request and result slices.

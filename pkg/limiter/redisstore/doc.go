@@ -34,7 +34,9 @@
 // counts far beyond limiter's 2^40 cap) and compute the sliding window's
 // products, which may pass 2^53, with exact long multiplication. Inputs
 // above 2^53 - 1 (wanted units, pushed hits) are clamped, which changes
-// no result while limits stay below 2^53.
+// no result while limits stay below 2^53; counts and token bucket arrival
+// times saturate at 2^53 - 1 (where the reference saturates counts at
+// 2^64 and wraps times), so a huge debt keeps a bucket empty.
 //
 // Round trips. Sync and SyncSlots send one EVALSHA per item in one
 // pipeline (split per node by a cluster client). The store never retries:

@@ -59,6 +59,14 @@ local function muldiv(a, b, c)
   return q, r
 end
 
+-- MAXEXACT is 2^53 - 1: counts and instants saturate there instead of
+-- losing precision (Go saturates counts at 2^64 and wraps int64 times).
+local MAXEXACT = 9007199254740991
+
+local function satadd(a, b)
+  return math.min(a + b, MAXEXACT)
+end
+
 local function satsub(a, b)
   if b >= a then return 0 end
   return a - b

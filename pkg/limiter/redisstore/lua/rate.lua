@@ -75,15 +75,15 @@ end
 local function charge_at(s, w, at, n)
   if at > now then at = now end
   if alg == BUCKET then
-    s.tat = math.max(s.tat, at) + n * interval(w)
+    s.tat = math.min(math.max(s.tat, at) + n * interval(w), MAXEXACT)
     return
   end
   roll(s, w.p)
   local e = idiv(at, w.p)
   if e == s.epoch then
-    s.cur = s.cur + n
+    s.cur = satadd(s.cur, n)
   elseif e == s.epoch - 1 then
-    s.prev = s.prev + n
+    s.prev = satadd(s.prev, n)
   end
 end
 
@@ -141,7 +141,7 @@ for f, v in pairs(rec) do
       if f == mine then
         own = u
       else
-        others = others + u
+        others = satadd(others, u)
       end
       live[f] = exp
     end
@@ -203,7 +203,7 @@ end
 for _, exp in pairs(live) do expires = math.max(expires, exp) end
 -- Past 2^53 the state is not one the maths produce; never let it wrap
 -- into a past expiry.
-expires = math.min(math.max(expires, now + 1), 9007199254740991)
+expires = math.min(math.max(expires, now + 1), MAXEXACT)
 redis.call('HSET', key, 'w', table.concat(enc, ','), 'x', fmt(expires))
 redis.call('PEXPIREAT', key, ceilms(expires))
 return out

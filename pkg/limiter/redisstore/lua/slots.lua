@@ -18,12 +18,12 @@ for i = 1, #flat, 2 do
   if exp <= now then
     redis.call('HDEL', key, f)
   elseif f ~= mine then
-    others = others + u
+    others = satadd(others, u)
     last = math.max(last, exp)
   end
 end
 
-local granted = math.max(held, math.min(held + want, satsub(cap, others)))
+local granted = math.max(held, math.min(satadd(held, want), satsub(cap, others)))
 if granted > 0 then
   redis.call('HSET', key, mine, fmt(granted) .. ' ' .. fmt(now + lease))
   last = math.max(last, now + lease)
