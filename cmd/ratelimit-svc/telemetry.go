@@ -13,6 +13,8 @@ import (
 	"go.opentelemetry.io/otel/metric"
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
 	"go.opentelemetry.io/otel/sdk/resource"
+
+	"github.com/ratelimit-svc/ratelimit-svc/pkg/limiter"
 )
 
 // telemetry owns the OTel meter provider and the Prometheus registry that
@@ -47,3 +49,42 @@ func (t *telemetry) handler() http.Handler {
 }
 
 func (t *telemetry) shutdown() { _ = t.provider.Shutdown(context.Background()) }
+
+// observeEngine exports the limiter's engine counters: decisions by mode,
+// sync round trips and failures, and the replicas seen.
+func (t *telemetry) observeEngine(lim *limiter.Limiter) error {
+	m := t.provider.Meter("ratelimit-svc")
+	modes, err := m.Int64ObservableCounter("ratelimit_engine_decisions",
+		metric.WithDescription("Decisions the engine made other than from local state, by mode (sync, cold, overrun, degraded)."))
+	if err != nil {
+		return err
+	}
+	rounds, err := m.Int64ObservableCounter("ratelimit_sync_round_trips",
+		metric.WithDescription("Sync round trips to the store (one pipeline each)."))
+	if err != nil {
+		return err
+	}
+	failures, err := m.Int64ObservableCounter("ratelimit_sync_failures",
+		metric.WithDescription("Store calls that failed (sync rounds and heartbeats)."))
+	if err != nil {
+		return err
+	}
+	replicas, err := m.Int64ObservableGauge("ratelimit_replicas",
+		metric.WithDescription("Live replicas of this service seen in the store's registry."))
+	if err != nil {
+		return err
+	}
+	_, err = m.RegisterCallback(func(_ context.Context, o metric.Observer) error {
+		st := lim.Stats()
+		for mode, n := range st.Decisions {
+			if mode != "local" {
+				o.ObserveInt64(modes, int64(n), metric.WithAttributes(attribute.String("mode", mode)))
+			}
+		}
+		o.ObserveInt64(rounds, int64(st.Rounds))
+		o.ObserveInt64(failures, int64(st.SyncFailures))
+		o.ObserveInt64(replicas, int64(st.Replicas))
+		return nil
+	}, modes, rounds, failures, replicas)
+	return err
+}

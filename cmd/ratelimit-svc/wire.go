@@ -34,6 +34,9 @@ func wire(cfg config, log *slog.Logger, tel *telemetry, headers envoyapi.HeaderM
 	}
 	a.pol = pol
 	a.lim = limiter.New(limiter.WithLogger(log.With("component", "limiter")))
+	if err := tel.observeEngine(a.lim); err != nil {
+		return nil, fmt.Errorf("engine metrics: %w", err)
+	}
 	a.rls = envoyapi.NewRLS(pol, a.lim, envoyapi.WithLogger(log.With("component", "rls")),
 		envoyapi.WithMeterProvider(tel.provider), envoyapi.WithResponseHeaders(headers))
 	breakers := resilience.NewRegistry(resilience.WithStateChange(envoyapi.BreakerTransitions(tel.provider)))
