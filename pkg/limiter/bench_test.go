@@ -1,6 +1,7 @@
 package limiter_test
 
 import (
+	"context"
 	"strconv"
 	"sync/atomic"
 	"testing"
@@ -9,6 +10,7 @@ import (
 	"golang.org/x/time/rate"
 
 	"github.com/ratelimit-svc/ratelimit-svc/pkg/limiter"
+	"github.com/ratelimit-svc/ratelimit-svc/pkg/limiter/memstore"
 )
 
 // threeWindows is the benchmark rule: per second, per minute, per hour, set
@@ -98,4 +100,48 @@ func allowAll(ls [3]*rate.Limiter) bool {
 		ok = l.AllowN(now, 1) && ok
 	}
 	return ok
+}
+
+// BenchmarkDecideCredit is the credit engine's hot path: keys shared
+// through the in-process reference store, decided from local credit while
+// the sync loop refills it in the background.
+func BenchmarkDecideCredit(b *testing.B) {
+	for _, n := range []int{1, 10_000} {
+		keys := benchKeys(n)
+		l := limiter.New(limiter.WithStore(memstore.New(nil), "bench"))
+		ctx, cancel := context.WithCancel(context.Background())
+		done := make(chan struct{})
+		go func() { l.Run(ctx); close(done) }()
+		req := []limiter.Request{{Rule: threeWindows}}
+		out := make([]limiter.Result, 1)
+		for i := range 20 * n { // warm: every key synced and holding credit
+			req[0].Key = keys[i%n]
+			l.Decide(req, out)
+		}
+		b.Run("keys="+strconv.Itoa(n)+"/serial", func(b *testing.B) {
+			b.ReportAllocs()
+			for i := 0; b.Loop(); i++ {
+				req[0].Key = keys[i%n]
+				l.Decide(req, out)
+			}
+		})
+		b.Run("keys="+strconv.Itoa(n)+"/parallel", func(b *testing.B) {
+			var seq atomic.Int64
+			b.ReportAllocs()
+			b.RunParallel(func(pb *testing.PB) {
+				i := int(seq.Add(7919))
+				req := []limiter.Request{{Rule: threeWindows}}
+				out := make([]limiter.Result, 1)
+				for pb.Next() {
+					i++
+					req[0].Key = keys[i%n]
+					l.Decide(req, out)
+				}
+			})
+		})
+		st := l.Stats()
+		b.Logf("keys=%d: %d round trips, decisions by mode %v", n, st.Rounds, st.Decisions)
+		cancel()
+		<-done
+	}
 }

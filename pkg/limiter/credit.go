@@ -19,12 +19,12 @@ type creditState struct {
 	kicked   atomic.Bool  // a sync was asked for
 	lastUse  atomic.Int64 // local ns of the last decision
 
+	view atomic.Pointer[storeView] // the store's state after the last sync; nil: cold
+
 	mu       sync.Mutex
 	key      string
 	rule     *Rule
-	view     []WindowState // store view after the last sync (µs time); nil: cold
-	others   uint64        // other replicas' reservations in that view
-	viewAt   int64         // local ns of the view
+	ws       []Window // rule.Windows with periods in µs, the store's unit
 	waiters  []*waiter
 	waiting  uint64 // units the waiters want
 	asked    uint64 // waiting units the in-flight sync asked for
@@ -38,6 +38,13 @@ type creditState struct {
 	fallback []WindowState // local windows while degraded (fail-static)
 }
 
+// storeView is the store's answer to a key's last sync, immutable once
+// published, so decisions read it without a lock.
+type storeView struct {
+	windows []WindowState // time in µs
+	others  uint64        // other replicas' reservations
+}
+
 // waiter is a request that found no credit and waits for a sync.
 type waiter struct {
 	n    int64
@@ -47,7 +54,9 @@ type waiter struct {
 // creditDecide decides one request of a shared rule. A dry run charges
 // nothing.
 func (l *Limiter) creditDecide(cs *creditState, r *Request, hits uint64, now int64, dry bool) Result {
-	cs.lastUse.Store(now)
+	if now-cs.lastUse.Load() > int64(tick) { // one write per tick keeps the line shared
+		cs.lastUse.Store(now)
+	}
 	n := int64(min(hits, math.MaxInt64/2))
 	switch {
 	case r.Op == Refund:
@@ -101,8 +110,8 @@ func undoCredit(cs *creditState, n int64) {
 // last view (an overrun) unless a window is certainly full.
 func (l *Limiter) wait(cs *creditState, rule *Rule, n int64, now int64) Result {
 	w := &waiter{n: n, done: make(chan bool, 1)}
+	cold := cs.view.Load() == nil
 	cs.mu.Lock()
-	cold := cs.view == nil
 	cs.waiters = append(cs.waiters, w)
 	cs.waiting += uint64(n)
 	cs.mu.Unlock()
@@ -193,9 +202,7 @@ func (cs *creditState) serveWaiters() {
 // counting other replicas' reservations and the hits not yet pushed, and
 // otherwise how long until they would.
 func (l *Limiter) viewAdmits(cs *creditState, now int64, n int64) (bool, time.Duration) {
-	cs.mu.Lock()
-	defer cs.mu.Unlock()
-	if cs.view == nil {
+	if cs.view.Load() == nil {
 		return false, cs.rule.Tuning.syncInterval()
 	}
 	wait := cs.viewWait(l.storeNow(now), n)
@@ -205,13 +212,14 @@ func (l *Limiter) viewAdmits(cs *creditState, now int64, n int64) (bool, time.Du
 // viewWait is the time until n units fit in the view at store instant
 // snow, counting other replicas' reservations and the hits not yet
 // pushed. When those alone fill a window, it is certainly full until the
-// window clears (and at least a sync interval). cs.mu must be held.
+// window clears (and at least a sync interval). The view must exist.
 func (cs *creditState) viewWait(snow int64, n int64) time.Duration {
-	need := uint64(max(n, 1)) + cs.others + uint64(max(cs.hits.Load(), 0))
+	v := cs.view.Load()
+	need := uint64(max(n, 1)) + v.others + uint64(max(cs.hits.Load(), 0))
 	a := cs.rule.Algorithm
 	var longest time.Duration
-	for i, w := range storeWindows(cs.rule.Windows) {
-		c := cs.view[i]
+	for i, w := range cs.ws {
+		c := v.windows[i]
 		if capacity := w.Capacity(a); need > capacity {
 			clear := max(c.Wait(w, a, snow, capacity), c.UntilReset(w, a, snow))
 			longest = max(longest, clear*time.Microsecond, cs.rule.Tuning.syncInterval())
@@ -229,17 +237,18 @@ func (cs *creditState) viewWait(snow int64, n int64) time.Duration {
 // viewResult describes a decision from the last view: the most
 // restrictive window's limit, what is left of it, and the reset.
 func (l *Limiter) viewResult(cs *creditState, now int64, ok bool, wait time.Duration, n int64) Result {
-	cs.mu.Lock()
-	defer cs.mu.Unlock()
 	rule := cs.rule
 	res := Result{Allowed: ok}
 	snow := l.storeNow(now)
-	ws := storeWindows(rule.Windows)
-	pending := uint64(max(cs.hits.Load(), 0)) + cs.others
-	for i, w := range ws {
+	v := cs.view.Load()
+	pending := uint64(max(cs.hits.Load(), 0))
+	if v != nil {
+		pending += v.others
+	}
+	for i, w := range cs.ws {
 		var c WindowState
-		if cs.view != nil {
-			c = cs.view[i]
+		if v != nil {
+			c = v.windows[i]
 		}
 		rem := satSub(c.Remaining(w, rule.Algorithm, snow), pending)
 		if i == 0 || rem < res.Remaining {

@@ -92,7 +92,7 @@ func (l *Limiter) creditFor(key []byte, rule *Rule, now int64) *creditState {
 // interval's worth of its rate and at most share·capacity/N, so N cold
 // replicas together stay within the limit; its first request syncs at once.
 func (l *Limiter) newCredit(key string, rule *Rule, now int64) *creditState {
-	cs := &creditState{key: key, rule: rule, nextSync: now}
+	cs := &creditState{key: key, rule: rule, ws: storeWindows(rule.Windows), nextSync: now}
 	n := uint64(max(l.replicas.Load(), 1))
 	cold := uint64(math.MaxUint64)
 	for _, w := range rule.Windows {
@@ -155,13 +155,14 @@ func (l *Limiter) degradedDecide(cs *creditState, rule *Rule, n int64, now int64
 // held.
 func (cs *creditState) seedFallback(l *Limiter, rule *Rule, shares uint64, now int64) []WindowState {
 	fb := make([]WindowState, len(rule.Windows))
-	if cs.view == nil || rule.Algorithm == TokenBucket {
+	view := cs.view.Load()
+	if view == nil || rule.Algorithm == TokenBucket {
 		return fb
 	}
 	snow := l.storeNow(now)
 	pending := uint64(max(cs.hits.Load(), 0))
-	for i, w := range storeWindows(rule.Windows) {
-		v := cs.view[i]
+	for i, w := range cs.ws {
+		v := view.windows[i]
 		v.Roll(w, snow)
 		fb[i] = WindowState{Epoch: v.Epoch, Cur: v.Cur/shares + pending, Prev: v.Prev / shares}
 	}

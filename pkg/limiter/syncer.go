@@ -169,7 +169,7 @@ func maxPeriod(r *Rule) time.Duration {
 // nothing to say to the store. cs.mu must be held.
 func (cs *creditState) needsSync() bool {
 	return cs.hits.Load() != 0 || cs.credit.Load() > 0 || len(cs.waiters) > 0 ||
-		cs.kicked.Load() || cs.view == nil
+		cs.kicked.Load() || cs.view.Load() == nil
 }
 
 // prepare takes the key's pending hits and builds its item.
@@ -232,7 +232,7 @@ func (l *Limiter) apply(cs *creditState, r *SyncResult) {
 	cs.credit.Add(int64(r.Credit) - cs.unused)
 	cs.grant.Store(int64(r.Credit))
 	cs.backedTo.Store(cs.sentAt + int64(lease) - int64(cs.rule.Tuning.syncInterval()))
-	cs.view, cs.others, cs.viewAt = r.Windows, r.Others, now
+	cs.view.Store(&storeView{windows: r.Windows, others: r.Others})
 	cs.inflight, cs.lastSync = false, now
 	cs.serveWaiters()
 	cs.busy = len(cs.waiters) > 0 || cs.halfUsed(l.storeNow(now))
@@ -248,8 +248,9 @@ func (l *Limiter) apply(cs *creditState, r *SyncResult) {
 
 // halfUsed reports whether a window of the view is over half used.
 func (cs *creditState) halfUsed(snow int64) bool {
-	for i, w := range storeWindows(cs.rule.Windows) {
-		c := cs.view[i]
+	v := cs.view.Load()
+	for i, w := range cs.ws {
+		c := v.windows[i]
 		if 2*satSub(w.Capacity(cs.rule.Algorithm), c.Remaining(w, cs.rule.Algorithm, snow)) > w.Capacity(cs.rule.Algorithm) {
 			return true
 		}
