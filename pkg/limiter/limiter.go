@@ -272,11 +272,21 @@ func (l *Limiter) rollback(reqs []Request, out []Result, now int64) {
 	}
 }
 
-// KeyState is an operator's view of one key (for /debug/keys).
+// KeyState is an operator's view of one key (for /debug/keys). Windows
+// are the local state, or for a shared key the store's view at its last
+// sync.
 type KeyState struct {
-	Key       string    `json:"key"`
-	Algorithm string    `json:"algorithm"`
-	Windows   []WinView `json:"windows"`
+	Key       string       `json:"key"`
+	Algorithm string       `json:"algorithm"`
+	Windows   []WinView    `json:"windows"`
+	Shared    *SharedState `json:"shared,omitempty"`
+}
+
+// SharedState is the replica's side of a key shared through the store.
+type SharedState struct {
+	Credit  int64  `json:"credit"`          // units admissible without asking
+	Pending int64  `json:"pending_hits"`    // admitted, not yet pushed
+	Others  uint64 `json:"others_reserved"` // other replicas' reservations
 }
 
 // WinView is one window of a KeyState.
@@ -299,11 +309,23 @@ func (l *Limiter) Snapshot(prefix string, limit int) []KeyState {
 			return
 		}
 		ks := KeyState{Key: e.key, Algorithm: e.rule.Algorithm.String()}
+		counters, at, unit := e.counters, now, int64(1)
+		if cs := e.cs.Load(); cs != nil {
+			ks.Shared = &SharedState{Credit: cs.credit.Load(), Pending: cs.hits.Load()}
+			counters = make([]WindowState, len(e.rule.Windows))
+			if v := cs.view.Load(); v != nil {
+				ks.Shared.Others = v.others
+				copy(counters, v.windows)
+			}
+			at, unit = l.storeNow(now), 1000 // the view counts in µs
+		}
 		for i, w := range e.rule.Windows {
-			c := e.counters[i]
-			c.Roll(w, now)
-			v := WinView{Limit: w.Limit, Period: w.Period, TAT: c.TAT,
-				Remaining: c.Remaining(w, e.rule.Algorithm, now)}
+			c := counters[i]
+			sw := w
+			sw.Period /= time.Duration(unit)
+			c.Roll(sw, at)
+			v := WinView{Limit: w.Limit, Period: w.Period, TAT: c.TAT * unit,
+				Remaining: c.Remaining(sw, e.rule.Algorithm, at)}
 			if e.rule.Algorithm != TokenBucket {
 				v.Used, v.Prev, v.Start, v.TAT = c.Cur, c.Prev, c.Epoch*int64(w.Period), 0
 			}
@@ -315,4 +337,10 @@ func (l *Limiter) Snapshot(prefix string, limit int) []KeyState {
 }
 
 // String describes the limiter for logs.
-func (l *Limiter) String() string { return fmt.Sprintf("limiter(local, %d keys)", l.Keys()) }
+func (l *Limiter) String() string {
+	mode := "local"
+	if l.store != nil {
+		mode = "shared as " + l.replica
+	}
+	return fmt.Sprintf("limiter(%s, %d keys)", mode, l.Keys())
+}
