@@ -96,19 +96,25 @@ func (r *KeyRecord) Sync(replica string, it *SyncItem, now int64) SyncResult {
 func (r *KeyRecord) charge(it *SyncItem, ws []Window, now int64) {
 	for _, h := range it.Hits {
 		for i, w := range ws {
+			c := &r.Windows[i]
 			if h.N >= 0 {
-				r.Windows[i].ChargeAt(w, it.Algorithm, h.At, now, uint64(h.N))
+				c.ChargeAt(w, it.Algorithm, h.At, now, uint64(h.N))
 			} else {
-				r.Windows[i].Refund(w, it.Algorithm, now, uint64(-h.N))
+				c.Refund(w, it.Algorithm, now, uint64(-h.N))
 			}
+			c.Cur, c.Prev, c.TAT = min(c.Cur, maxExact), min(c.Prev, maxExact), min(c.TAT, maxExact)
 		}
 	}
 }
 
+// maxExact is the largest integer a Lua double holds exactly: stores
+// saturate counts and arrival times there (µs: the year 2255).
+const maxExact = 1<<53 - 1
+
 // splitShare is ⌊share · free / n⌋ with share clamped to (0, 1] (zero
 // means 1) and n at least 1.
 func splitShare(free uint64, share float64, n int) uint64 {
-	if share <= 0 || share > 1 {
+	if !(share > 0 && share <= 1) { // NaN too
 		share = 1
 	}
 	n = max(n, 1)

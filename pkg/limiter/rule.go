@@ -99,7 +99,7 @@ type Tuning struct {
 func (t Tuning) localOnly() bool { return t.LocalAllowance >= 1 }
 
 func (t Tuning) share() float64 {
-	if t.LocalAllowance <= 0 || t.LocalAllowance > 1 {
+	if !(t.LocalAllowance > 0 && t.LocalAllowance <= 1) {
 		return 1
 	}
 	return t.LocalAllowance
@@ -145,8 +145,8 @@ func (r *Rule) Validate() error {
 		switch {
 		case w.Limit == 0 && r.Algorithm == TokenBucket:
 			return fmt.Errorf("window %d: token bucket rate must be positive", i)
-		case w.Period <= 0:
-			return fmt.Errorf("window %d: period must be positive", i)
+		case w.Period < time.Microsecond || w.Period%time.Microsecond != 0:
+			return fmt.Errorf("window %d: period must be a positive whole number of microseconds", i)
 		case w.Limit > maxLimit || w.Burst > maxLimit:
 			return fmt.Errorf("window %d: limit above %d", i, maxLimit)
 		case r.Algorithm == TokenBucket && w.Period/time.Duration(w.Limit) == 0:
@@ -155,7 +155,7 @@ func (r *Rule) Validate() error {
 			return fmt.Errorf("window %d: burst times refill interval above %v", i, time.Duration(maxTolerance))
 		}
 	}
-	if t := r.Tuning; t.LocalAllowance < 0 || t.SyncInterval < 0 || t.StoreTimeout < 0 || t.CacheTTL < 0 {
+	if t := r.Tuning; !(t.LocalAllowance >= 0) || t.SyncInterval < 0 || t.StoreTimeout < 0 || t.CacheTTL < 0 {
 		return errors.New("tuning: negative value")
 	}
 	return nil

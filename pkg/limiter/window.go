@@ -95,7 +95,7 @@ func (c WindowState) Wait(w Window, a Algorithm, now int64, n uint64) time.Durat
 	}
 	switch a {
 	case TokenBucket:
-		at := max(c.TAT, now) + int64(n)*interval(w) - tolerance(w, a)
+		at := satAddInt(max(c.TAT, now), spend(n, w)) - tolerance(w, a)
 		return time.Duration(max(at-now, 0))
 	case SlidingWindow:
 		c.Roll(w, now)
@@ -142,7 +142,7 @@ func slidingEntry(prev, room uint64, p int64) int64 {
 func (c *WindowState) ChargeAt(w Window, a Algorithm, at, now int64, n uint64) {
 	at = min(at, now)
 	if a == TokenBucket {
-		c.TAT = max(c.TAT, at) + int64(n)*interval(w)
+		c.TAT = satAddInt(max(c.TAT, at), spend(n, w))
 		return
 	}
 	c.Roll(w, now)
@@ -157,7 +157,7 @@ func (c *WindowState) ChargeAt(w Window, a Algorithm, at, now int64, n uint64) {
 // Charge records n units at now. It does not check the limit.
 func (c *WindowState) Charge(w Window, a Algorithm, now int64, n uint64) {
 	if a == TokenBucket {
-		c.TAT = max(c.TAT, now) + int64(n)*interval(w)
+		c.TAT = satAddInt(max(c.TAT, now), spend(n, w))
 		return
 	}
 	c.Roll(w, now)
@@ -168,7 +168,7 @@ func (c *WindowState) Charge(w Window, a Algorithm, now int64, n uint64) {
 // bucket.
 func (c *WindowState) Refund(w Window, a Algorithm, now int64, n uint64) {
 	if a == TokenBucket {
-		c.TAT = max(c.TAT-int64(n)*interval(w), now)
+		c.TAT = max(c.TAT-spend(n, w), now)
 		return
 	}
 	c.Roll(w, now)
@@ -179,7 +179,7 @@ func (c *WindowState) Refund(w Window, a Algorithm, now int64, n uint64) {
 // was recorded in; now is the current instant.
 func (c *WindowState) undo(w Window, a Algorithm, chargedAt, now int64, n uint64) {
 	if a == TokenBucket {
-		c.TAT = max(c.TAT-int64(n)*interval(w), now)
+		c.TAT = max(c.TAT-spend(n, w), now)
 		return
 	}
 	c.Roll(w, now)
@@ -212,6 +212,22 @@ func (c WindowState) FreshAt(w Window, a Algorithm) int64 {
 	default:
 		return (c.Epoch + 1) * int64(w.Period)
 	}
+}
+
+// spend is n emission intervals, saturating instead of wrapping.
+func spend(n uint64, w Window) int64 {
+	hi, lo := bits.Mul64(n, uint64(interval(w)))
+	if hi != 0 || lo > math.MaxInt64 {
+		return math.MaxInt64
+	}
+	return int64(lo)
+}
+
+func satAddInt(a, b int64) int64 {
+	if b > 0 && a > math.MaxInt64-b {
+		return math.MaxInt64
+	}
+	return a + b
 }
 
 func satSub(a, b uint64) uint64 {
