@@ -19,6 +19,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/redis/go-redis/v9"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
@@ -60,9 +61,6 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		return err
 	}
 	log := newLogger(cfg, stdout)
-	if cfg.RedisURL != "" {
-		return errors.New("--redis-url: the Redis-synced engine is not in this build; leave it empty to run local-only")
-	}
 	headers, err := envoyapi.ParseHeaderMode(cfg.ResponseHeaders)
 	if err != nil {
 		return err
@@ -76,6 +74,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	if err != nil {
 		return err
 	}
+	defer app.close()
 	return app.serve(ctx)
 }
 
@@ -86,6 +85,7 @@ type app struct {
 	tel      *telemetry
 	lim      *limiter.Limiter
 	pol      *policy.Watcher
+	redis    redis.UniversalClient
 	rls      *envoyapi.RLS
 	draining atomic.Bool
 	grpc     *grpc.Server
@@ -109,8 +109,12 @@ func (a *app) serve(ctx context.Context) error {
 			errs <- err
 		}
 	})
+	mode := "local"
+	if a.lim.Shared() {
+		mode = "redis"
+	}
 	a.log.Info("serving", "grpc", a.grpcLis.Addr().String(), "http", a.httpLis.Addr().String(),
-		"config", a.cfg.ConfigPath, "mode", "local", "service", a.cfg.Service, "replica", a.cfg.ReplicaID)
+		"config", a.cfg.ConfigPath, "mode", mode, "service", a.cfg.Service, "replica", a.cfg.ReplicaID)
 	var runErr error
 	select {
 	case <-ctx.Done():

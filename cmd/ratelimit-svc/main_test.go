@@ -22,6 +22,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
+	"github.com/ratelimit-svc/ratelimit-svc/internal/redistest"
 	"github.com/ratelimit-svc/ratelimit-svc/pkg/envoyapi/envoytest"
 )
 
@@ -232,4 +233,42 @@ func TestServesExtProcOnTheSamePort(t *testing.T) {
 	if got := x.Response.Headers.Value("x-ratelimit-limit"); got != "600" {
 		t.Fatalf("x-ratelimit-limit = %q; response %v", got, x.Response.Headers)
 	}
+}
+
+// TestReplicasShareOneLimitThroughRedis runs two replicas against one real
+// redis-server: together they admit no more than the limit.
+func TestReplicasShareOneLimitThroughRedis(t *testing.T) {
+	rd := redistest.Start(t)
+	dir := t.TempDir()
+	policy := "domain: shared\ndescriptors: [{key: k, rate_limit: {unit: hour, requests_per_unit: 30}}]\n"
+	if err := os.WriteFile(filepath.Join(dir, "p.yaml"), []byte(policy), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	var clients []ratelimitv3.RateLimitServiceClient
+	for i := range 2 {
+		s := start(t, dir, "--redis-url", "redis://"+rd.Addr, "--replica-id", strconv.Itoa(i))
+		conn, err := grpc.NewClient(s.grpcAddr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { conn.Close() })
+		clients = append(clients, ratelimitv3.NewRateLimitServiceClient(conn))
+	}
+	req := &ratelimitv3.RateLimitRequest{Domain: "shared", Descriptors: []*rlcommonv3.RateLimitDescriptor{{
+		Entries: []*rlcommonv3.RateLimitDescriptor_Entry{{Key: "k", Value: "v"}},
+	}}}
+	admitted := 0
+	for i := range 100 {
+		resp, err := clients[i%2].ShouldRateLimit(context.Background(), req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if resp.OverallCode == ratelimitv3.RateLimitResponse_OK {
+			admitted++
+		}
+	}
+	if admitted > 30 || admitted < 27 {
+		t.Fatalf("two replicas admitted %d of a shared 30/hour", admitted)
+	}
+	t.Logf("admitted %d of 30 across two replicas", admitted)
 }

@@ -51,9 +51,9 @@ func TestParseRedisURL(t *testing.T) {
 		{"redis-sentinel://[::1]:26379/m", func(t *testing.T, o redisOptions) {
 			equal(t, "sentinels", strings.Join(o.failover.SentinelAddrs, ","), "[::1]:26379")
 		}},
-		{"10.0.0.1:7000,10.0.0.2:7000, 10.0.0.3:7000", func(t *testing.T, o redisOptions) {
+		{"redis-0:7000,redis-1:7000, redis-2:7000", func(t *testing.T, o redisOptions) {
 			c := cluster(t, o)
-			equal(t, "seeds", strings.Join(c.Addrs, ","), "10.0.0.1:7000,10.0.0.2:7000,10.0.0.3:7000")
+			equal(t, "seeds", strings.Join(c.Addrs, ","), "redis-0:7000,redis-1:7000,redis-2:7000")
 			equal(t, "retries", c.MaxRetries, -1)
 			equal(t, "context deadlines", c.ContextTimeoutEnabled, true)
 			equal(t, "tls", c.TLSConfig == nil, true)

@@ -17,6 +17,7 @@ import (
 
 	"github.com/ratelimit-svc/ratelimit-svc/pkg/envoyapi"
 	"github.com/ratelimit-svc/ratelimit-svc/pkg/limiter"
+	"github.com/ratelimit-svc/ratelimit-svc/pkg/limiter/redisstore"
 	"github.com/ratelimit-svc/ratelimit-svc/pkg/policy"
 	"github.com/ratelimit-svc/ratelimit-svc/pkg/resilience"
 )
@@ -33,7 +34,16 @@ func wire(cfg config, log *slog.Logger, tel *telemetry, headers envoyapi.HeaderM
 		return nil, fmt.Errorf("loading policies from %s: %w", cfg.ConfigPath, err)
 	}
 	a.pol = pol
-	a.lim = limiter.New(limiter.WithLogger(log.With("component", "limiter")))
+	limOpts := []limiter.Option{limiter.WithLogger(log.With("component", "limiter"))}
+	if cfg.RedisURL != "" {
+		client, err := newRedisClient(cfg.RedisURL)
+		if err != nil {
+			return nil, fmt.Errorf("--redis-url: %w", err)
+		}
+		a.redis = client
+		limOpts = append(limOpts, limiter.WithStore(redisstore.New(client, cfg.Service), cfg.ReplicaID))
+	}
+	a.lim = limiter.New(limOpts...)
 	if err := tel.observeEngine(a.lim); err != nil {
 		return nil, fmt.Errorf("engine metrics: %w", err)
 	}
@@ -47,13 +57,22 @@ func wire(cfg config, log *slog.Logger, tel *telemetry, headers envoyapi.HeaderM
 	registerGRPC(a.grpc, a.rls, xp, a.health)
 	a.http = &http.Server{Handler: a.routes(), ReadHeaderTimeout: httpHeaderTimeout}
 	if a.grpcLis, err = net.Listen("tcp", cfg.GRPCAddr); err != nil {
+		a.close()
 		return nil, fmt.Errorf("--grpc-addr: %w", err)
 	}
 	if a.httpLis, err = net.Listen("tcp", cfg.HTTPAddr); err != nil {
 		a.grpcLis.Close()
+		a.close()
 		return nil, fmt.Errorf("--http-addr: %w", err)
 	}
 	return a, nil
+}
+
+// close releases what wire opened beyond the listeners (serve closes those).
+func (a *app) close() {
+	if a.redis != nil {
+		a.redis.Close()
+	}
 }
 
 // countReload records a policy load in ratelimit_config_reloads.
@@ -105,7 +124,11 @@ func (a *app) debugKeys(w http.ResponseWriter, r *http.Request) {
 		limit = n
 	}
 	keys := a.lim.Snapshot(r.URL.Query().Get("prefix"), limit)
-	writeJSON(w, map[string]any{"mode": "local", "keys": keys, "total_keys": a.lim.Keys()})
+	mode := "local"
+	if a.lim.Shared() {
+		mode = "redis"
+	}
+	writeJSON(w, map[string]any{"mode": mode, "replica": a.cfg.ReplicaID, "keys": keys, "total_keys": a.lim.Keys(), "engine": a.lim.Stats()})
 }
 
 func writeJSON(w http.ResponseWriter, v any) {

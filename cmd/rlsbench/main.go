@@ -3,7 +3,7 @@
 // decision costs in latency and CPU, and whether limits hold under load
 // when requests are spread over several replicas.
 //
-//	rlsbench -addr 10.0.0.1:8081,10.0.0.2:8081 -descriptor 'api_key={k}' -keys 50 -c 32 -d 30s
+//	rlsbench -addr rls-0:8081,rls-1:8081 -descriptor 'api_key={k}' -keys 50 -c 32 -d 30s
 //	rlsbench serve-noop -addr :8081
 //
 // serve-noop answers OK to everything, so a run against it gives the

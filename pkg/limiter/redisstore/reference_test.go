@@ -11,13 +11,11 @@ import (
 	"github.com/ratelimit-svc/ratelimit-svc/pkg/limiter/redisstore"
 )
 
-// Inputs where the reference maths misbehave and the Redis store does not
-// follow them. The reference's part skips, saying why, while it keeps the
-// fault.
+// Inputs at the edges of the maths, where both stores must agree on a safe
+// answer. The reference's part skips, saying why, should it regress.
 
-// A NaN share (LocalAllowance passes Rule.Validate as NaN < 0 is false)
-// escapes splitShare's clamp: ⌊NaN·free⌋ converts to an undefined uint64,
-// and the grant can pass the free budget. The Redis store treats NaN as 1.
+// A NaN share must clamp to 1 (⌊NaN·free⌋ would convert to an undefined
+// uint64 and a grant past the free budget).
 func TestReferenceNaNShare(t *testing.T) {
 	it := limiter.SyncItem{
 		Key: "k", Windows: []limiter.Window{{Limit: 10, Period: time.Hour}},
@@ -38,11 +36,10 @@ func TestReferenceNaNShare(t *testing.T) {
 	}
 }
 
-// A token bucket charge or refund of n units computes n·interval in int64
-// without saturating: past 2^63 µs it wraps, and a huge debt (AlwaysCharge
-// of a huge hits_addend) can wrap the arrival time back into the past,
-// refilling the bucket. The Redis store saturates arrival times at 2^53 - 1
-// µs (the year 2255): the bucket stays in debt.
+// A token bucket charge of n units must saturate n·interval: a huge debt
+// (AlwaysCharge of a huge hits_addend) wrapping the arrival time into the
+// past would refill the bucket. Both stores saturate arrival times at
+// 2^53 - 1 µs (the year 2255): the bucket stays in debt.
 func TestBucketDebtSaturates(t *testing.T) {
 	w := limiter.Window{Limit: 1, Period: 24 * time.Hour}
 	item := func(now int64) limiter.SyncItem {
