@@ -255,6 +255,13 @@ func (s *switchStore) Sync(ctx context.Context, r string, it []limiter.SyncItem,
 	return s.Store.Sync(ctx, r, it, out)
 }
 
+func (s *switchStore) SyncSlots(ctx context.Context, r string, it []limiter.SlotItem, out []limiter.SlotResult) error {
+	if err := s.err(); err != nil {
+		return err
+	}
+	return s.Store.SyncSlots(ctx, r, it, out)
+}
+
 func (s *switchStore) Heartbeat(ctx context.Context, r string, lease time.Duration) (limiter.Membership, error) {
 	if err := s.err(); err != nil {
 		return limiter.Membership{}, err
@@ -428,4 +435,69 @@ func TestSimTokenBucketEnvelope(t *testing.T) {
 	if len(ts) < 8*20*9/10 {
 		t.Errorf("only %d admitted in 8 s of a 20/s bucket at 5× load", len(ts))
 	}
+}
+
+// TestSimConcurrencyCapAcrossReplicas: a cap of 5 holds across 3 replicas,
+// and a replica that dies holding slots gives them back within its lease.
+func TestSimConcurrencyCapAcrossReplicas(t *testing.T) {
+	st := memstore.New(nil)
+	dying := &switchStore{Store: st}
+	synctest.Test(t, func(t *testing.T) {
+		ctx, cancel := context.WithCancel(context.Background())
+		defer cancel()
+		stores := []limiter.Store{dying, st, st}
+		var lims []*limiter.Limiter
+		for i, s := range stores {
+			l := limiter.New(limiter.WithStore(s, fmt.Sprint("r", i)))
+			lims = append(lims, l)
+			go l.Run(ctx)
+		}
+		var inUse, peak, granted atomic.Int64
+		var wg sync.WaitGroup
+		end := time.Now().Add(3 * time.Second)
+		for g := range 24 {
+			wg.Go(func() {
+				l := lims[g%3]
+				for time.Now().Before(end) {
+					slot, ok := l.Acquire("model", 5)
+					if !ok {
+						time.Sleep(7 * time.Millisecond)
+						continue
+					}
+					granted.Add(1)
+					n := inUse.Add(1)
+					for p := peak.Load(); n > p && !peak.CompareAndSwap(p, n); p = peak.Load() {
+					}
+					time.Sleep(30 * time.Millisecond)
+					inUse.Add(-1)
+					slot.Release()
+				}
+			})
+		}
+		wg.Wait()
+		t.Logf("peak %d in use of 5; %d slots granted in 3 s", peak.Load(), granted.Load())
+		if peak.Load() > 5 {
+			t.Fatalf("%d slots in use across replicas, cap 5", peak.Load())
+		}
+		if granted.Load() < 300 {
+			t.Fatalf("only %d slots granted in 3 s: the cap is starving callers", granted.Load())
+		}
+		// r0 takes every slot, then dies holding them.
+		var held []*limiter.Slot
+		for len(held) < 5 {
+			if s, ok := lims[0].Acquire("model", 5); ok {
+				held = append(held, s)
+				continue
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+		dying.down.Store(true)
+		if _, ok := lims[1].Acquire("model", 5); ok {
+			t.Fatal("a slot was granted while a live lease holds all five")
+		}
+		time.Sleep(5*time.Second + time.Second)
+		if _, ok := lims[1].Acquire("model", 5); !ok {
+			t.Fatal("the dead replica's slots did not come back after its lease")
+		}
+	})
 }

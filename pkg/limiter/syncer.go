@@ -48,6 +48,7 @@ func (l *Limiter) runSync(ctx context.Context) {
 			lastBeat = now
 		}
 		l.SyncRound(ctx)
+		l.slotRound(ctx)
 	}
 }
 
@@ -308,7 +309,9 @@ func (l *Limiter) shutdown() {
 		if err := l.store.Sync(ctx, l.replica, items, make([]SyncResult, len(items))); err != nil {
 			l.log.Warn("final push failed", "err", err, "keys", len(items))
 		}
-		if err := l.store.Release(ctx, l.replica, keys, nil); err != nil {
+	}
+	if slotKeys := l.slotKeys(); len(keys) > 0 || len(slotKeys) > 0 {
+		if err := l.store.Release(ctx, l.replica, keys, slotKeys); err != nil {
 			l.log.Warn("releasing reservations failed", "err", err)
 		}
 	}
