@@ -35,7 +35,9 @@ func main() {
 	err := run(ctx, os.Args[1:], os.Getenv, os.Stdout, os.Stderr)
 	stop()
 	if err != nil {
-		fmt.Fprintln(os.Stderr, "ratelimit-svc:", err)
+		if !errors.Is(err, errInvalid) {
+			fmt.Fprintln(os.Stderr, "ratelimit-svc:", err)
+		}
 		os.Exit(1)
 	}
 }
@@ -53,6 +55,9 @@ var healthNames = []string{
 // run serves until ctx ends, then drains and returns. It is main without
 // the process: tests call it.
 func run(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
+	if len(args) > 0 && args[0] == "validate" {
+		return runValidate(args[1:], stdout, stderr)
+	}
 	cfg, err := parseConfig(args, getenv, stderr)
 	if errors.Is(err, flag.ErrHelp) {
 		return nil
