@@ -29,6 +29,7 @@ type creditState struct {
 	waiting  uint64 // units the waiters want
 	asked    uint64 // waiting units the in-flight sync asked for
 	inflight bool
+	late     []Hit // hits snapshotted just before a window boundary
 	unused   int64 // credit when the in-flight sync was sent
 	sentAt   int64 // local ns the in-flight sync was sent
 	lastSync int64 // local ns of the last completed sync

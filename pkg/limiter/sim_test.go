@@ -501,3 +501,46 @@ func TestSimConcurrencyCapAcrossReplicas(t *testing.T) {
 		}
 	})
 }
+
+// TestSimLateHitsKeepTheirWindow: units admitted from credit just before a
+// window boundary are charged to that window, not to the next one, so the
+// next window starts with its whole budget.
+func TestSimLateHitsKeepTheirWindow(t *testing.T) {
+	rule := perSecond(40)
+	synctest.Test(t, func(t *testing.T) {
+		ctx, cancel := context.WithCancel(context.Background())
+		defer cancel()
+		l := limiter.New(limiter.WithStore(memstore.New(nil), "r"))
+		go l.Run(ctx)
+		req := []limiter.Request{{Key: []byte("k|" + rule.Fingerprint()), Rule: rule}}
+		out := make([]limiter.Result, 1)
+		time.Sleep(time.Until(time.Now().Truncate(time.Second).Add(time.Second)))
+		for range 10 { // warm: a quiet key, syncing once a second, with credit to spare
+			l.Decide(req, out)
+			time.Sleep(200 * time.Millisecond)
+		}
+		time.Sleep(time.Until(time.Now().Truncate(time.Second).Add(time.Second - 15*time.Millisecond)))
+		before := 0
+		for range 4 { // a burst in the last ms of the window, from credit, below half of it
+			if ok, _ := l.Decide(req, out); ok && out[0].Mode == limiter.ModeLocal {
+				before++
+			}
+			time.Sleep(time.Millisecond)
+		}
+		time.Sleep(time.Until(time.Now().Truncate(time.Second).Add(time.Second + 5*time.Millisecond)))
+		after := 0
+		for range 60 {
+			if ok, _ := l.Decide(req, out); ok {
+				after++
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+		t.Logf("%d admitted from credit just before the boundary; %d of 40 in the next second", before, after)
+		if before == 0 {
+			t.Fatal("the burst before the boundary was not served from credit")
+		}
+		if after != 40 {
+			t.Errorf("the new window admitted %d of 40: hits from the previous window were charged to it", after)
+		}
+	})
+}

@@ -131,9 +131,11 @@ func (l *Limiter) SyncRound(ctx context.Context) {
 // those at least half due ride along.
 func (l *Limiter) collectDue(now int64) []*creditState {
 	var due, half []*creditState
+	snow := l.storeNow(now)
 	l.keys.eachCredit(func(e *entry, cs *creditState) {
 		cs.mu.Lock()
 		defer cs.mu.Unlock()
+		cs.snapshotBoundary(snow)
 		if cs.inflight {
 			return
 		}
@@ -166,10 +168,34 @@ func maxPeriod(r *Rule) time.Duration {
 	return p
 }
 
+// boundaryLead is how close to a window boundary the hits admitted so far
+// are set aside: within one tick, plus a margin.
+const boundaryLead = tick + 2*time.Millisecond
+
+// snapshotBoundary sets the unpushed hits aside, stamped with now, when the
+// key's shortest window ends within boundaryLead, so the round after the
+// boundary charges them to the window they were admitted in rather than
+// starving the new one. cs.mu must be held.
+func (cs *creditState) snapshotBoundary(snow int64) {
+	if cs.hits.Load() == 0 {
+		return
+	}
+	p := int64(cs.ws[0].Period)
+	for _, w := range cs.ws[1:] {
+		p = min(p, int64(w.Period))
+	}
+	if (snow/p+1)*p-snow > int64(boundaryLead/time.Microsecond) {
+		return
+	}
+	if h := cs.hits.Swap(0); h != 0 {
+		cs.late = append(cs.late, Hit{At: snow, N: h}) // rides the next round
+	}
+}
+
 // needsSync: a key with nothing to push, no credit and no waiters has
 // nothing to say to the store. cs.mu must be held.
 func (cs *creditState) needsSync() bool {
-	return cs.hits.Load() != 0 || cs.credit.Load() > 0 || len(cs.waiters) > 0 ||
+	return cs.hits.Load() != 0 || len(cs.late) > 0 || cs.credit.Load() > 0 || len(cs.waiters) > 0 ||
 		cs.kicked.Load() || cs.view.Load() == nil
 }
 
@@ -190,8 +216,10 @@ func (l *Limiter) prepare(cs *creditState, now int64) SyncItem {
 		it.Unused, it.Want = 0, 0 // idle: hand the reservation back
 		cs.unused = cs.credit.Load()
 	}
+	it.Hits = cs.late
+	cs.late = nil
 	if h != 0 {
-		it.Hits = []Hit{{At: l.storeNow(now), N: h}}
+		it.Hits = append(it.Hits, Hit{At: l.storeNow(now), N: h})
 	}
 	return it
 }
@@ -213,7 +241,9 @@ func (cs *creditState) want(now, pushed int64) uint64 {
 	return min(w, minCapacity(cs.rule))
 }
 
-// abort puts back what a failed round took.
+// abort puts back what a failed round took. The hits go back to the
+// counter: pushed after recovery they charge the window of that moment,
+// which is how an outage's admits are paid back.
 func (cs *creditState) abort(it SyncItem) {
 	cs.mu.Lock()
 	defer cs.mu.Unlock()

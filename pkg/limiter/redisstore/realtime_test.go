@@ -8,13 +8,17 @@ package redisstore_test
 // below are per window.
 
 import (
+	"bytes"
 	"context"
 	"fmt"
+	"maps"
+	"net"
 	"os"
 	"os/exec"
 	"slices"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -395,4 +399,541 @@ func rtCheckSeconds(t *testing.T, calls []rtCall, key int, secs []rtSecond, limi
 			t.Errorf("key %d interior second %d admitted %d < %d (95%% of %d), offered %d", key, i, s.Admitted, floor, limit, s.Offered)
 		}
 	}
+}
+
+// TestRealtimeSlowRedis runs the same load with every byte to and from
+// Redis held 40 ms by a proxy, so each round trip takes over 80 ms while
+// a request waits at most redis_timeout (10 ms) for one.
+func TestRealtimeSlowRedis(t *testing.T) {
+	rtSkipShort(t)
+	srv := redistest.Start(t)
+	const delay = 40 * time.Millisecond
+	proxy, err := tcpproxy.Start(srv.Addr, delay)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { proxy.Close() })
+	rule := rtRule()
+	f := rtStart(t, rtReplicas, "realtime-slow", func(int) redis.UniversalClient { return rtClient(t, proxy.Addr()) })
+	const seconds = 5
+	start := rtNextSecond(0)
+	plan := rtPlan{rule: rule, keys: [][]byte{rtKey(rule, "u1")}, callers: rtCallers,
+		pace: rtPace(rtReplicas*rtCallers, rtLoad, rtLimit)}
+	calls := f.drive(plan, start, start.Add(seconds*time.Second))
+	rtErrors(t, calls)
+	from := start.Unix()
+	secs := rtSeconds(calls, 0, from, from+seconds)
+	lat, maxLat := rtLatencies(calls)
+	t.Logf("Redis delayed %v each way; admitted/offered per second: %s", delay, rtFormat(secs))
+	t.Logf("decision latency: %s", lat)
+	t.Logf("modes: %v", rtModes(calls))
+	f.logStats(t)
+	// The design: slow Redis costs a request at most redis_timeout; we
+	// allow 2× for the timer and the scheduler of a busy machine.
+	if maxLat >= 2*rtTimeout+5*time.Millisecond {
+		t.Errorf("a decision took %v, over 2× redis_timeout (%v)", maxLat, rtTimeout)
+	}
+	if excess, where := rtOverLimit(calls, 0, rtLimit, from, from+seconds); excess > 0 {
+		t.Errorf("over the limit with Redis slow: %s", where)
+	}
+}
+
+// rtRedisOn runs redis-server on addr, the loopback address of a server
+// that was stopped, retrying while the port is not yet free, and waits
+// until it answers PING. It stops when the test ends.
+func rtRedisOn(t *testing.T, addr string) {
+	t.Helper()
+	bin, err := exec.LookPath("redis-server")
+	if err != nil {
+		t.Skip("redis-server not found on PATH")
+	}
+	host, port, err := net.SplitHostPort(addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		var log bytes.Buffer
+		cmd := exec.Command(bin, "--port", port, "--bind", host, "--save", "", "--appendonly", "no", "--dir", t.TempDir())
+		cmd.Stdout, cmd.Stderr = &log, &log
+		if err := cmd.Start(); err != nil {
+			t.Fatalf("starting redis-server: %v", err)
+		}
+		exited := make(chan struct{})
+		go func() { _ = cmd.Wait(); close(exited) }()
+		stop := func() {
+			_ = cmd.Process.Signal(syscall.SIGTERM)
+			select {
+			case <-exited:
+			case <-time.After(5 * time.Second):
+				_ = cmd.Process.Kill()
+				<-exited
+			}
+		}
+		if rtPing(addr, exited, deadline) {
+			t.Cleanup(stop)
+			return
+		}
+		stop()
+		if time.Now().After(deadline) {
+			t.Fatalf("redis-server on %s did not come up:\n%s", addr, log.String())
+		}
+		time.Sleep(50 * time.Millisecond) // the port is still held: try again
+	}
+}
+
+// rtPing waits until the server at addr answers PING, and reports false
+// if it exits first or the deadline passes.
+func rtPing(addr string, exited <-chan struct{}, deadline time.Time) bool {
+	c := redis.NewClient(&redis.Options{Addr: addr, MaxRetries: -1, DialerRetries: 1, DialTimeout: time.Second})
+	defer c.Close()
+	for time.Now().Before(deadline) {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		err := c.Ping(ctx).Err()
+		cancel()
+		if err == nil {
+			return true
+		}
+		select {
+		case <-exited:
+			return false
+		case <-time.After(10 * time.Millisecond):
+		}
+	}
+	return false
+}
+
+// rtWindowWatch follows a fixed-window key's record in Redis, polling its
+// window field, and keeps the final count of every window it saw: the
+// highest current count while the window was current, or the previous
+// count once the next window rolled in (late hits go there).
+type rtWindowWatch struct {
+	mu     sync.Mutex
+	counts map[int64]uint64 // window index (Unix second) → count
+}
+
+func (w *rtWindowWatch) observe(epoch int64, cur, prev uint64) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.counts[epoch] = max(w.counts[epoch], cur)
+	if prev > 0 {
+		w.counts[epoch-1] = max(w.counts[epoch-1], prev)
+	}
+}
+
+func (w *rtWindowWatch) read(ctx context.Context, c *redis.Client, key string) {
+	v, err := c.HGet(ctx, key, "w").Result()
+	if err != nil {
+		return
+	}
+	var epoch, tat int64
+	var cur, prev uint64
+	if _, err := fmt.Sscanf(v, "%d %d %d %d", &epoch, &cur, &prev, &tat); err == nil {
+		w.observe(epoch, cur, prev)
+	}
+}
+
+func (w *rtWindowWatch) total() (sum uint64, windows map[int64]uint64) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	windows = maps.Clone(w.counts)
+	for _, n := range w.counts {
+		sum += n
+	}
+	return sum, windows
+}
+
+// TestRealtimeRedisRestart kills Redis in mid-run and starts a new, empty
+// one on the same port 3.5 s later. No decision may fail; past CacheTTL
+// (1 s) the replicas degrade to fail-static, each enforcing ⌈L/N⌉, and
+// every second stays within L + N; once Redis is back, decisions go
+// through it again and the admissions of the outage are pushed to it
+// (paid back).
+func TestRealtimeRedisRestart(t *testing.T) {
+	rtSkipShort(t)
+	srv := redistest.Start(t)
+	addr := srv.Addr
+	rule := rtRule()
+	key := rtKey(rule, "u1")
+	f := rtStart(t, rtReplicas, "realtime-restart", func(int) redis.UniversalClient { return rtClient(t, addr) })
+	redisKey := f.stores[0].RateKey(string(key))
+
+	const seconds = 10
+	start := rtNextSecond(0)
+	killAt, backAt := start.Add(2500*time.Millisecond), start.Add(6*time.Second)
+
+	// Watch every replica's Stats for degraded mode.
+	degradedSeen := make([]bool, len(f.lims))
+	watchCtx, stopWatch := context.WithCancel(context.Background())
+	var watchers sync.WaitGroup
+	defer func() { stopWatch(); watchers.Wait() }()
+	watchers.Go(func() {
+		tick := time.NewTicker(10 * time.Millisecond)
+		defer tick.Stop()
+		for {
+			select {
+			case <-watchCtx.Done():
+				return
+			case <-tick.C:
+			}
+			for i, l := range f.lims {
+				if l.Stats().Degraded {
+					degradedSeen[i] = true
+				}
+			}
+		}
+	})
+
+	var calls []rtCall
+	driven := make(chan struct{})
+	go func() {
+		defer close(driven)
+		calls = f.drive(rtPlan{rule: rule, keys: [][]byte{key}, callers: rtCallers,
+			pace: rtPace(rtReplicas*rtCallers, rtLoad, rtLimit)}, start, start.Add(seconds*time.Second))
+	}()
+
+	time.Sleep(time.Until(killAt)) // the outage is scheduled in real time
+	srv.Stop()
+	stopped := time.Now()
+	time.Sleep(time.Until(backAt))
+	rtRedisOn(t, addr)
+	back := time.Now()
+
+	// The new Redis's view of the key, from its first push on.
+	watch := &rtWindowWatch{counts: map[int64]uint64{}}
+	admin := rtClient(t, addr)
+	watchers.Go(func() {
+		tick := time.NewTicker(10 * time.Millisecond)
+		defer tick.Stop()
+		for {
+			select {
+			case <-watchCtx.Done():
+				return
+			case <-tick.C:
+			}
+			watch.read(watchCtx, admin, redisKey)
+		}
+	})
+
+	// Recovery: every replica healthy again.
+	rtPoll(t, 5*time.Second, "replicas leave degraded mode once Redis is back", func() bool {
+		for _, l := range f.lims {
+			if l.Stats().Degraded {
+				return false
+			}
+		}
+		return true
+	})
+	recovered := time.Now()
+	atRecovery := make([]limiter.Stats, len(f.lims))
+	for i, l := range f.lims {
+		atRecovery[i] = l.Stats()
+	}
+	<-driven
+	atEnd := make([]limiter.Stats, len(f.lims))
+	for i, l := range f.lims {
+		atEnd[i] = l.Stats()
+	}
+	f.stop(t) // the final push of every hit
+	stopWatch()
+	watchers.Wait()
+	watch.read(context.Background(), admin, redisKey)
+
+	rtErrors(t, calls)
+	from := start.Unix()
+	secs := rtSeconds(calls, 0, from, from+seconds)
+	lat, _ := rtLatencies(calls)
+	t.Logf("Redis stopped at +%v, back at +%v, replicas recovered at +%v",
+		stopped.Sub(start).Round(time.Millisecond), back.Sub(start).Round(time.Millisecond), recovered.Sub(start).Round(time.Millisecond))
+	t.Logf("admitted/offered per second: %s", rtFormat(secs))
+	t.Logf("decision latency: %s", lat)
+	t.Logf("modes: %v", rtModes(calls))
+	f.logStats(t)
+
+	// Fail-static: within L + N every second, outage or not.
+	if excess, where := rtOverLimit(calls, 0, rtLimit+rtReplicas, from, from+seconds); excess > 0 {
+		t.Errorf("over L + N: %s", where)
+	}
+	// Seconds 4 and 5 lie wholly in degraded mode (Redis stopped at 2.5 s,
+	// degraded from 3.5 s, back at 6 s): each replica enforces ⌈L/N⌉, so
+	// together they admit within L ± N.
+	for _, s := range []int{4, 5} {
+		if got := secs[s].Admitted; got < rtLimit-rtReplicas {
+			t.Errorf("degraded second %d admitted %d < L − N", s, got)
+		}
+	}
+	for i := range f.lims {
+		if !degradedSeen[i] {
+			t.Errorf("replica %d never reported Degraded in Stats", i)
+		}
+		if atEnd[i].Decisions["degraded"] == 0 {
+			t.Errorf("replica %d made no degraded decision", i)
+		}
+		if atEnd[i].Rounds <= atRecovery[i].Rounds {
+			t.Errorf("replica %d: no sync round after recovery (%d then %d)", i, atRecovery[i].Rounds, atEnd[i].Rounds)
+		}
+		if atEnd[i].SyncFailures != atRecovery[i].SyncFailures {
+			t.Errorf("replica %d: sync failures still growing after recovery: %d then %d",
+				i, atRecovery[i].SyncFailures, atEnd[i].SyncFailures)
+		}
+	}
+	// After recovery, decisions go through the store again.
+	var viaStore, degradedAdmits, afterStop int
+	for _, c := range calls {
+		if c.start > recovered.UnixNano() && (c.mode == limiter.ModeSync || c.mode == limiter.ModeCold) {
+			viaStore++
+		}
+		if c.ok && c.mode == limiter.ModeDegraded {
+			degradedAdmits++
+		}
+		if c.ok && c.start > stopped.UnixNano() {
+			afterStop++
+		}
+	}
+	if viaStore == 0 {
+		t.Error("no decision waited on a sync round after recovery")
+	}
+	// Payback: every admission made after the old Redis died reached the
+	// new one (the replicas' final push included).
+	pushed, windows := watch.total()
+	t.Logf("new Redis counted %d units over windows %v; %d admitted after the stop, %d of them in degraded mode",
+		pushed, rtRelative(windows, from), afterStop, degradedAdmits)
+	if pushed < uint64(afterStop) {
+		t.Errorf("the new Redis counted %d units, fewer than the %d admitted after the old one stopped", pushed, afterStop)
+	}
+}
+
+// rtRelative renames window indexes to seconds since the run began.
+func rtRelative(m map[int64]uint64, from int64) string {
+	keys := slices.Sorted(maps.Keys(m))
+	var b strings.Builder
+	for _, k := range keys {
+		fmt.Fprintf(&b, "%d:%d ", k-from, m[k])
+	}
+	return strings.TrimSpace(b.String())
+}
+
+// TestRealtimeCluster is the design's real-time row, shorter, on a Redis
+// Cluster of three masters: four descriptors whose keys cover every
+// master, each offered 5× its limit by one caller on every replica.
+func TestRealtimeCluster(t *testing.T) {
+	rtSkipShort(t)
+	cl := redistest.StartCluster(t)
+	rule := rtRule()
+	f := rtStart(t, rtReplicas, "realtime-cluster", func(int) redis.UniversalClient { return cl.Client(t) })
+	admin := cl.Client(t)
+	keys, where := rtSpreadKeys(t, admin, f.stores[0], rule, 4)
+	t.Logf("keys: %s", where)
+
+	const seconds = 4
+	start := rtNextSecond(0)
+	plan := rtPlan{rule: rule, keys: keys, callers: len(keys),
+		pace:  rtPace(rtReplicas, rtLoad, rtLimit), // per key: one caller on each replica
+		keyOf: func(r, c int) int { return (r + c) % len(keys) }}
+	calls := f.drive(plan, start, start.Add(seconds*time.Second))
+	rtErrors(t, calls)
+	from := start.Unix()
+	lat, _ := rtLatencies(calls)
+	t.Logf("decision latency: %s", lat)
+	t.Logf("modes: %v", rtModes(calls))
+	f.logStats(t)
+	for k := range keys {
+		secs := rtSeconds(calls, k, from, from+seconds)
+		t.Logf("key %d admitted/offered per second: %s", k, rtFormat(secs))
+		rtCheckSeconds(t, calls, k, secs, rtLimit)
+	}
+}
+
+// rtSpreadKeys picks n descriptor keys whose Redis keys fall in distinct
+// slots covering every master of the cluster.
+func rtSpreadKeys(t *testing.T, c *redis.ClusterClient, st *redisstore.Store, rule *limiter.Rule, n int) ([][]byte, string) {
+	t.Helper()
+	ctx := context.Background()
+	ranges, err := c.ClusterSlots(ctx).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	owner := func(slot int64) string {
+		for _, r := range ranges {
+			if int64(r.Start) <= slot && slot <= int64(r.End) && len(r.Nodes) > 0 {
+				return r.Nodes[0].Addr
+			}
+		}
+		t.Fatalf("slot %d has no owner", slot)
+		return ""
+	}
+	masters := map[string]bool{}
+	for _, r := range ranges {
+		masters[r.Nodes[0].Addr] = true
+	}
+	var keys [][]byte
+	var where []string
+	covered, slots := map[string]bool{}, map[int64]bool{}
+	for i := 0; len(keys) < n && i < 1000; i++ {
+		k := rtKey(rule, fmt.Sprint("user-", i))
+		slot, err := c.ClusterKeySlot(ctx, st.RateKey(string(k))).Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		node := owner(slot)
+		// Cover every master first, then any free slot.
+		if slots[slot] || (covered[node] && len(covered) < len(masters) && n-len(keys) <= len(masters)-len(covered)) {
+			continue
+		}
+		covered[node], slots[slot] = true, true
+		keys = append(keys, k)
+		where = append(where, fmt.Sprintf("%d→slot %d on %s", len(keys)-1, slot, node))
+	}
+	if len(keys) < n || len(covered) < min(n, len(masters)) {
+		t.Fatalf("could not spread %d keys over %d masters: %v", n, len(masters), where)
+	}
+	return keys, strings.Join(where, ", ")
+}
+
+// TestRealtimeMeasureRedisLoad measures what the credit engine costs
+// Redis: 4 replicas offer a steady load for a while, and INFO
+// commandstats and INFO cpu are read before and after. It reports Redis
+// commands per 1 000 000 decisions and Redis CPU per 100 000 decisions.
+// It asserts nothing and runs only with RLS_MEASURE=1 (RLS_MEASURE_SECONDS
+// sets the length of each scenario, 10 s by default).
+func TestRealtimeMeasureRedisLoad(t *testing.T) {
+	if os.Getenv("RLS_MEASURE") != "1" {
+		t.Skip("a measurement: set RLS_MEASURE=1 to run it")
+	}
+	seconds := 10
+	if s := os.Getenv("RLS_MEASURE_SECONDS"); s != "" {
+		if _, err := fmt.Sscan(s, &seconds); err != nil || seconds < 1 {
+			t.Fatalf("RLS_MEASURE_SECONDS=%q: want a positive number of seconds", s)
+		}
+	}
+	for _, sc := range []struct {
+		name  string
+		keys  int
+		limit uint64
+		load  float64
+	}{
+		{"1 key, 5× of 50/s", 1, 50, 5},
+		{"16 keys, 0.5× of 500/s", 16, 500, 0.5},
+		{"16 keys, 5× of 100/s", 16, 100, 5},
+		{"1000 keys, 0.5× of 10/s", 1000, 10, 0.5},
+	} {
+		t.Run(sc.name, func(t *testing.T) {
+			srv := redistest.Start(t)
+			rule := &limiter.Rule{Windows: []limiter.Window{{Limit: sc.limit, Period: time.Second}}}
+			keys := make([][]byte, sc.keys)
+			for i := range keys {
+				keys[i] = rtKey(rule, fmt.Sprint("user-", i))
+			}
+			f := rtStart(t, rtReplicas, "realtime-measure", func(int) redis.UniversalClient { return rtClient(t, srv.Addr) })
+			admin := rtClient(t, srv.Addr)
+			rate := sc.load * float64(sc.limit) * float64(sc.keys) // decisions per second, all replicas
+			before := rtRedisInfo(t, admin)
+			began := time.Now()
+			decided, admitted := f.steady(keys, rule, rtCallers, rate, began.Add(time.Duration(seconds)*time.Second))
+			took := time.Since(began)
+			after := rtRedisInfo(t, admin)
+			var cmds uint64
+			var per []string
+			for _, name := range slices.Sorted(maps.Keys(after.calls)) {
+				if name == "info" {
+					continue // the measurement's own
+				}
+				d := after.calls[name] - before.calls[name]
+				if d == 0 {
+					continue
+				}
+				cmds += d
+				per = append(per, fmt.Sprintf("%s %.0f", name, float64(d)*1e6/float64(decided)))
+			}
+			cpu := after.cpu - before.cpu
+			t.Logf("%s: %d decisions in %v (%.0f/s offered, %.0f/s decided, %d admitted)",
+				sc.name, decided, took.Round(time.Millisecond), rate, float64(decided)/took.Seconds(), admitted)
+			t.Logf("Redis commands: %d, %.0f per 1M decisions (%s), %.1f per second",
+				cmds, float64(cmds)*1e6/float64(decided), strings.Join(per, ", "), float64(cmds)/took.Seconds())
+			t.Logf("Redis CPU (user+sys): %.3fs, %.1f ms per 100k decisions, %.2f%% of a core",
+				cpu, cpu*1e3*1e5/float64(decided), 100*cpu/took.Seconds())
+			f.logStats(t)
+		})
+	}
+}
+
+// steady offers rate decisions per second in all, spread over callers
+// callers per replica, each cycling through keys, until end. It returns
+// the decisions made and those admitted.
+func (f *rtFleet) steady(keys [][]byte, rule *limiter.Rule, callers int, rate float64, end time.Time) (decided, admitted uint64) {
+	var mu sync.Mutex
+	var wg sync.WaitGroup
+	total := len(f.lims) * callers
+	perCaller := rate / float64(total)
+	begin := time.Now()
+	for r, l := range f.lims {
+		for c := range callers {
+			wg.Go(func() {
+				req := []limiter.Request{{Rule: rule}}
+				out := make([]limiter.Result, 1)
+				k := (r*callers + c) * 7919
+				var n, ok uint64
+				for {
+					now := time.Now()
+					if !now.Before(end) {
+						break
+					}
+					due := uint64(perCaller * now.Sub(begin).Seconds())
+					for ; n < due; n++ {
+						req[0].Key = keys[k%len(keys)]
+						k++
+						if yes, _ := l.Decide(req, out); yes {
+							ok++
+						}
+					}
+					time.Sleep(2 * time.Millisecond) // pacing in real time
+				}
+				mu.Lock()
+				decided, admitted = decided+n, admitted+ok
+				mu.Unlock()
+			})
+		}
+	}
+	wg.Wait()
+	return decided, admitted
+}
+
+// rtInfo is what the measurement reads from INFO.
+type rtInfo struct {
+	calls map[string]uint64 // command → calls
+	cpu   float64           // used_cpu_user + used_cpu_sys, seconds
+}
+
+func rtRedisInfo(t *testing.T, c *redis.Client) rtInfo {
+	t.Helper()
+	ctx := context.Background()
+	stats, err := c.Info(ctx, "commandstats").Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cpu, err := c.Info(ctx, "cpu").Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	info := rtInfo{calls: map[string]uint64{}}
+	for _, line := range strings.Split(stats, "\n") {
+		name, rest, ok := strings.Cut(strings.TrimSpace(line), ":")
+		if !ok || !strings.HasPrefix(name, "cmdstat_") {
+			continue
+		}
+		var n uint64
+		if _, err := fmt.Sscanf(rest, "calls=%d,", &n); err == nil {
+			info.calls[strings.TrimPrefix(name, "cmdstat_")] = n
+		}
+	}
+	for _, line := range strings.Split(cpu, "\n") {
+		name, v, ok := strings.Cut(strings.TrimSpace(line), ":")
+		if ok && (name == "used_cpu_user" || name == "used_cpu_sys") {
+			var s float64
+			if _, err := fmt.Sscan(v, &s); err == nil {
+				info.cpu += s
+			}
+		}
+	}
+	return info
 }
