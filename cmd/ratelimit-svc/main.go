@@ -75,7 +75,12 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		return err
 	}
 	defer tel.shutdown()
-	app, err := wire(cfg, log, tel, headers)
+	tr, err := newTracing(ctx, getenv, cfg.Service, cfg.ReplicaID)
+	if err != nil {
+		return err
+	}
+	defer tr.shutdown(context.WithoutCancel(ctx))
+	app, err := wire(cfg, log, tel, tr, headers)
 	if err != nil {
 		return err
 	}

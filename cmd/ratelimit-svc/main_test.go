@@ -18,8 +18,10 @@ import (
 	extprocfilterv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/ext_proc/v3"
 	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
 	ratelimitv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
 	"github.com/ratelimit-svc/ratelimit-svc/internal/redistest"
@@ -271,4 +273,33 @@ func TestReplicasShareOneLimitThroughRedis(t *testing.T) {
 		t.Fatalf("two replicas admitted %d of a shared 30/hour", admitted)
 	}
 	t.Logf("admitted %d of 30 across two replicas", admitted)
+}
+
+// TestTracingRecordsRPCSpans: with tracing on, each gRPC call is a span.
+func TestTracingRecordsRPCSpans(t *testing.T) {
+	exp := tracetest.NewInMemoryExporter()
+	tr := newTracingWith(exp, "ratelimit", "r0")
+	srv := grpc.NewServer(tr.serverOptions()...)
+	h := health.NewServer()
+	healthpb.RegisterHealthServer(srv, h)
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	go srv.Serve(lis)
+	defer srv.Stop()
+	conn, err := grpc.NewClient(lis.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	if _, err := healthpb.NewHealthClient(conn).Check(context.Background(), &healthpb.HealthCheckRequest{}); err != nil {
+		t.Fatal(err)
+	}
+	srv.GracefulStop() // the server span ends once the call is over
+	tr.provider.ForceFlush(context.Background())
+	spans := exp.GetSpans()
+	if len(spans) != 1 || spans[0].Name != "grpc.health.v1.Health/Check" {
+		t.Fatalf("spans: %v", spans.Snapshots())
+	}
 }

@@ -24,7 +24,7 @@ import (
 
 // wire builds every part of the service and binds its ports; nothing runs
 // until serve.
-func wire(cfg config, log *slog.Logger, tel *telemetry, headers envoyapi.HeaderMode) (*app, error) {
+func wire(cfg config, log *slog.Logger, tel *telemetry, tr *tracing, headers envoyapi.HeaderMode) (*app, error) {
 	a := &app{cfg: cfg, log: log, tel: tel}
 	pol, err := policy.NewWatcher(cfg.ConfigPath, policy.WatcherOptions{
 		Logger:   log.With("component", "policy"),
@@ -53,7 +53,7 @@ func wire(cfg config, log *slog.Logger, tel *telemetry, headers envoyapi.HeaderM
 	xp := envoyapi.NewExtProc(pol, envoyapi.ExtProcDeps{Limits: a.lim, Slots: a.lim, Breakers: breakers},
 		envoyapi.WithLogger(log.With("component", "extproc")), envoyapi.WithMeterProvider(tel.provider))
 	a.health = health.NewServer()
-	a.grpc = grpc.NewServer()
+	a.grpc = grpc.NewServer(tr.serverOptions()...)
 	registerGRPC(a.grpc, a.rls, xp, a.health)
 	a.http = &http.Server{Handler: a.routes(), ReadHeaderTimeout: httpHeaderTimeout}
 	if a.grpcLis, err = net.Listen("tcp", cfg.GRPCAddr); err != nil {
