@@ -303,3 +303,61 @@ func TestTracingRecordsRPCSpans(t *testing.T) {
 		t.Fatalf("spans: %v", spans.Snapshots())
 	}
 }
+
+// TestShutdownDrainsInFlightStreams: on shutdown, gRPC health turns
+// NOT_SERVING first, an ext_proc stream already open completes its
+// exchange, and only then does run return nil.
+func TestShutdownDrainsInFlightStreams(t *testing.T) {
+	s := start(t, "../../config", "--shutdown-timeout", "5s")
+	conn, err := grpc.NewClient(s.grpcAddr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	wctx, stopWatch := context.WithCancel(context.Background())
+	defer stopWatch()
+	watch, err := healthpb.NewHealthClient(conn).Watch(wctx, &healthpb.HealthCheckRequest{Service: "ratelimit"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if m, err := watch.Recv(); err != nil || m.Status != healthpb.HealthCheckResponse_SERVING {
+		t.Fatalf("first health: %v %v", m, err)
+	}
+	f := &envoytest.Filter{Client: extprocv3.NewExternalProcessorClient(conn), Role: "downstream",
+		RequestBodyMode: extprocfilterv3.ProcessingMode_BUFFERED}
+	stream, err := f.Open(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	body := `{"model":"gpt-4o"}`
+	if _, _, err := stream.SendRequest(envoytest.Request{Body: []byte(body), Headers: envoytest.H(":method", "POST",
+		":path", "/v1/chat/completions", ":authority", "gw", ":scheme", "http", "content-length", strconv.Itoa(len(body)))}); err != nil {
+		t.Fatal(err)
+	}
+	s.cancel() // SIGTERM
+	if m, err := watch.Recv(); err != nil || m.Status != healthpb.HealthCheckResponse_NOT_SERVING {
+		t.Fatalf("health after SIGTERM: %v %v", m, err)
+	}
+	stopWatch() // a watcher that saw NOT_SERVING goes away, as a balancer does
+	select {
+	case err := <-s.done:
+		t.Fatalf("run returned %v with a stream in flight", err)
+	default:
+	}
+	resp, _, err := stream.SendResponse(envoytest.Response{Headers: envoytest.H(":status", "200")})
+	if err != nil || resp.Headers.Value("x-ratelimit-limit") != "600" {
+		t.Fatalf("the in-flight stream did not complete: %v %v", resp.Headers, err)
+	}
+	if err := stream.Finish(); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-s.done:
+		if err != nil {
+			t.Fatalf("run returned %v", err)
+		}
+		s.done <- nil
+	case <-time.After(3 * time.Second): // well under the 5 s shutdown timeout
+		t.Fatal("run did not return after the last stream ended")
+	}
+}
