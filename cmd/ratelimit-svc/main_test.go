@@ -361,3 +361,31 @@ func TestShutdownDrainsInFlightStreams(t *testing.T) {
 		t.Fatal("run did not return after the last stream ended")
 	}
 }
+
+// TestBadFileKeepsLastGoodAndIsCounted: a policy file that stops parsing
+// keeps its last good version and counts as a failed reload.
+func TestBadFileKeepsLastGoodAndIsCounted(t *testing.T) {
+	dir := t.TempDir()
+	file := filepath.Join(dir, "limits.yaml")
+	if err := os.WriteFile(file, []byte("domain: d\ndescriptors: [{key: k, rate_limit: {unit: hour, requests_per_unit: 1}}]\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	s := start(t, dir)
+	req := `{"domain":"d","descriptors":[{"entries":[{"key":"k","value":"v"}],"hits_addend":"2"}]}`
+	if code := post(t, "http://"+s.httpAddr+"/json", req); code != http.StatusTooManyRequests {
+		t.Fatalf("before: %d", code)
+	}
+	if err := os.WriteFile(file, []byte("domain: d\ndescriptors: [ {key: k,"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for range 400 { // the watcher polls every second
+		if strings.Contains(get(t, "http://"+s.httpAddr+"/metrics"), `ratelimit_config_reloads_total{result="error"} 1`) {
+			if code := post(t, "http://"+s.httpAddr+"/json", req); code != http.StatusTooManyRequests {
+				t.Fatalf("the last good policy was dropped: %d", code)
+			}
+			return
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	t.Fatal("the failed reload was not counted")
+}
