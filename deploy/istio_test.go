@@ -1,0 +1,689 @@
+package deploy_test
+
+import (
+	"encoding/json"
+	"regexp"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+
+	bootstrapv3 "github.com/envoyproxy/go-control-plane/envoy/config/bootstrap/v3"
+	clusterv3 "github.com/envoyproxy/go-control-plane/envoy/config/cluster/v3"
+	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	endpointv3 "github.com/envoyproxy/go-control-plane/envoy/config/endpoint/v3"
+	listenerv3 "github.com/envoyproxy/go-control-plane/envoy/config/listener/v3"
+	routev3 "github.com/envoyproxy/go-control-plane/envoy/config/route/v3"
+	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/ext_proc/v3"
+	ratelimitv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/ratelimit/v3"
+	hcmv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/network/http_connection_manager/v3"
+	upstreamhttpv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/upstreams/http/v3"
+	"google.golang.org/protobuf/encoding/protojson"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/durationpb"
+	"google.golang.org/protobuf/types/known/wrapperspb"
+	"gopkg.in/yaml.v3"
+
+	"github.com/ratelimit-svc/ratelimit-svc/pkg/policy"
+
+	// The typed_config types the patches use, so their Any values resolve.
+	_ "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/router/v3"
+	_ "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/upstream_codec/v3"
+	_ "github.com/envoyproxy/go-control-plane/envoy/extensions/transport_sockets/tls/v3"
+)
+
+const istioDir = "envoy/istio"
+
+type envoyFilterSpec struct {
+	WorkloadSelector struct {
+		Labels map[string]string `yaml:"labels"`
+	} `yaml:"workloadSelector"`
+	ConfigPatches []configPatch `yaml:"configPatches"`
+}
+
+type configPatch struct {
+	ApplyTo string `yaml:"applyTo"`
+	Match   struct {
+		Context  string `yaml:"context"`
+		Listener *struct {
+			FilterChain struct {
+				Filter struct {
+					Name      string `yaml:"name"`
+					SubFilter struct {
+						Name string `yaml:"name"`
+					} `yaml:"subFilter"`
+				} `yaml:"filter"`
+			} `yaml:"filterChain"`
+		} `yaml:"listener"`
+		RouteConfiguration *struct {
+			Vhost struct {
+				Name  string `yaml:"name"`
+				Route *struct {
+					Action string `yaml:"action"`
+				} `yaml:"route"`
+			} `yaml:"vhost"`
+		} `yaml:"routeConfiguration"`
+		Cluster *struct {
+			Service    string `yaml:"service"`
+			PortNumber int    `yaml:"portNumber"`
+		} `yaml:"cluster"`
+	} `yaml:"match"`
+	Patch struct {
+		Operation string         `yaml:"operation"`
+		Value     map[string]any `yaml:"value"`
+	} `yaml:"patch"`
+}
+
+// operations lists, per applyTo, the operations Istio accepts.
+var operations = map[string][]string{
+	"HTTP_FILTER":    {"INSERT_BEFORE", "INSERT_AFTER", "INSERT_FIRST", "MERGE", "REMOVE", "REPLACE"},
+	"CLUSTER":        {"ADD", "MERGE", "REMOVE", "REPLACE"},
+	"LISTENER":       {"ADD", "MERGE", "REMOVE"},
+	"VIRTUAL_HOST":   {"ADD", "MERGE", "REMOVE"},
+	"HTTP_ROUTE":     {"INSERT_BEFORE", "INSERT_AFTER", "INSERT_FIRST", "MERGE", "REMOVE"},
+	"NETWORK_FILTER": {"INSERT_BEFORE", "INSERT_AFTER", "INSERT_FIRST", "MERGE", "REMOVE", "REPLACE"},
+}
+
+// istio is the decoded envoy/istio directory.
+type istio struct {
+	objs    []*object
+	filters map[string]*envoyFilterSpec
+}
+
+func loadIstio(t *testing.T) *istio {
+	t.Helper()
+	is := &istio{objs: loadObjects(t, istioDir), filters: map[string]*envoyFilterSpec{}}
+	for _, o := range is.objs {
+		if o.Metadata.Namespace != "istio-system" {
+			t.Errorf("%s: %s %s in namespace %q, want istio-system", o.file, o.Kind, o.Metadata.Name, o.Metadata.Namespace)
+		}
+		if o.Kind == "EnvoyFilter" {
+			is.filters[o.Metadata.Name] = spec[envoyFilterSpec](t, o)
+		}
+	}
+	if len(is.filters) == 0 {
+		t.Fatal("no EnvoyFilter")
+	}
+	return is
+}
+
+func (is *istio) patches(applyTo, op string) []configPatch {
+	var ps []configPatch
+	for _, name := range []string{"ratelimit-svc-gateway", "ratelimit-svc-upstream"} {
+		for _, p := range is.filters[name].ConfigPatches {
+			if p.ApplyTo == applyTo && p.Patch.Operation == op {
+				ps = append(ps, p)
+			}
+		}
+	}
+	return ps
+}
+
+// k8sGRPCService is the ratelimit-svc Service's DNS name and gRPC port.
+func k8sGRPCService(t *testing.T) (string, uint32) {
+	t.Helper()
+	o := mustFind(t, loadObjects(t, k8sDir), "Service", "ratelimit-svc")
+	for _, p := range spec[serviceSpec](t, o).Ports {
+		if p.Name == "grpc" {
+			return o.Metadata.Name + "." + o.Metadata.Namespace + ".svc.cluster.local", uint32(p.Port)
+		}
+	}
+	t.Fatal("Service ratelimit-svc has no grpc port")
+	return "", 0
+}
+
+func TestIstioEnvoyFilters(t *testing.T) {
+	is := loadIstio(t)
+	for name, f := range is.filters {
+		if f.WorkloadSelector.Labels["istio"] != "ingressgateway" {
+			t.Errorf("EnvoyFilter %s selects %v, want the ingress gateway", name, f.WorkloadSelector.Labels)
+		}
+		for i, p := range f.ConfigPatches {
+			if !slices.Contains(operations[p.ApplyTo], p.Patch.Operation) {
+				t.Errorf("%s patch %d: %s on %s", name, i, p.Patch.Operation, p.ApplyTo)
+			}
+			if p.Match.Context != "GATEWAY" {
+				t.Errorf("%s patch %d: context %q, want GATEWAY", name, i, p.Match.Context)
+			}
+			if p.Patch.Value == nil {
+				t.Errorf("%s patch %d: no value", name, i)
+			}
+		}
+	}
+	for _, want := range []string{"ratelimit-svc-gateway", "ratelimit-svc-upstream"} {
+		if is.filters[want] == nil {
+			t.Errorf("no EnvoyFilter %s", want)
+		}
+	}
+}
+
+// addedCluster is the CLUSTER ADD patch: the cluster both filters call.
+func addedCluster(t *testing.T, is *istio) *clusterv3.Cluster {
+	t.Helper()
+	ps := is.patches("CLUSTER", "ADD")
+	if len(ps) != 1 {
+		t.Fatalf("%d CLUSTER ADD patches, want 1", len(ps))
+	}
+	var c clusterv3.Cluster
+	if !decodeProto(t, "CLUSTER ADD", ps[0].Patch.Value, &c) {
+		t.FailNow()
+	}
+	return &c
+}
+
+func TestIstioRateLimitCluster(t *testing.T) {
+	c := addedCluster(t, loadIstio(t))
+	if err := c.ValidateAll(); err != nil {
+		t.Error(err)
+	}
+	validateTree(t, c.ProtoReflect(), "cluster "+c.GetName())
+	if c.GetType() != clusterv3.Cluster_STRICT_DNS {
+		t.Errorf("cluster type %v, want STRICT_DNS", c.GetType())
+	}
+	var po upstreamhttpv3.HttpProtocolOptions
+	if err := c.GetTypedExtensionProtocolOptions()["envoy.extensions.upstreams.http.v3.HttpProtocolOptions"].UnmarshalTo(&po); err != nil {
+		t.Fatalf("HttpProtocolOptions: %v", err)
+	}
+	if po.GetExplicitHttpConfig().GetHttp2ProtocolOptions() == nil {
+		t.Error("the ratelimit cluster is not HTTP/2")
+	}
+	host, port := k8sGRPCService(t)
+	eps := c.GetLoadAssignment().GetEndpoints()
+	if len(eps) != 1 || len(eps[0].GetLbEndpoints()) != 1 {
+		t.Fatalf("endpoints %v", eps)
+	}
+	sa := eps[0].GetLbEndpoints()[0].GetEndpoint().GetAddress().GetSocketAddress()
+	if sa.GetAddress() != host || sa.GetPortValue() != port {
+		t.Errorf("cluster points at %s:%d, the Service is %s:%d", sa.GetAddress(), sa.GetPortValue(), host, port)
+	}
+	hc := c.GetHealthChecks()
+	if len(hc) != 1 || hc[0].GetGrpcHealthCheck().GetServiceName() != "ratelimit" {
+		t.Errorf("health checks %v, want gRPC on \"ratelimit\"", hc)
+	}
+}
+
+// httpFilters decodes the HTTP_FILTER patches, in patch order.
+func httpFilters(t *testing.T, is *istio) []*hcmv3.HttpFilter {
+	t.Helper()
+	var fs []*hcmv3.HttpFilter
+	for i, p := range is.patches("HTTP_FILTER", "INSERT_BEFORE") {
+		l := p.Match.Listener
+		if l == nil || l.FilterChain.Filter.Name != "envoy.filters.network.http_connection_manager" ||
+			l.FilterChain.Filter.SubFilter.Name != "envoy.filters.http.router" {
+			t.Errorf("HTTP_FILTER patch %d does not insert before the HCM's router", i)
+		}
+		var f hcmv3.HttpFilter
+		if decodeProto(t, "HTTP_FILTER patch "+strconv.Itoa(i), p.Patch.Value, &f) {
+			fs = append(fs, &f)
+		}
+	}
+	return fs
+}
+
+// envoyYAML is the demo bootstrap the Istio patches mirror.
+func envoyYAML(t *testing.T) *bootstrapv3.Bootstrap {
+	t.Helper()
+	var doc any
+	if err := yaml.Unmarshal(readFile(t, "envoy", "envoy.yaml"), &doc); err != nil {
+		t.Fatalf("envoy.yaml: %v", err)
+	}
+	var b bootstrapv3.Bootstrap
+	if err := protojson.Unmarshal(toJSON(t, doc), &b); err != nil {
+		t.Fatalf("envoy.yaml: %v", err)
+	}
+	return &b
+}
+
+func envoyYAMLHCM(t *testing.T) *hcmv3.HttpConnectionManager {
+	t.Helper()
+	var hcm hcmv3.HttpConnectionManager
+	for _, l := range envoyYAML(t).GetStaticResources().GetListeners() {
+		for _, fc := range l.GetFilterChains() {
+			for _, f := range fc.GetFilters() {
+				if f.GetTypedConfig().MessageIs(&hcm) {
+					if err := f.GetTypedConfig().UnmarshalTo(&hcm); err != nil {
+						t.Fatal(err)
+					}
+					return &hcm
+				}
+			}
+		}
+	}
+	t.Fatal("envoy.yaml has no HTTP connection manager")
+	return nil
+}
+
+func extProcOf(t *testing.T, f *hcmv3.HttpFilter) *extprocv3.ExternalProcessor {
+	t.Helper()
+	var ep extprocv3.ExternalProcessor
+	if err := f.GetTypedConfig().UnmarshalTo(&ep); err != nil {
+		t.Fatalf("%s: %v", f.GetName(), err)
+	}
+	return &ep
+}
+
+func role(ep *extprocv3.ExternalProcessor) string {
+	for _, h := range ep.GetGrpcService().GetInitialMetadata() {
+		if h.GetKey() == "x-resil-role" {
+			return h.GetValue()
+		}
+	}
+	return ""
+}
+
+// sameExtProc compares two ext_proc configurations but for the cluster
+// they call.
+func sameExtProc(a, b *extprocv3.ExternalProcessor) bool {
+	a, b = proto.CloneOf(a), proto.CloneOf(b)
+	a.GetGrpcService().GetEnvoyGrpc().ClusterName = ""
+	b.GetGrpcService().GetEnvoyGrpc().ClusterName = ""
+	return proto.Equal(a, b)
+}
+
+func TestIstioHTTPFilters(t *testing.T) {
+	is := loadIstio(t)
+	cluster := addedCluster(t, is).GetName()
+	fs := httpFilters(t, is)
+	var names []string
+	for _, f := range fs {
+		names = append(names, f.GetName())
+		if err := f.ValidateAll(); err != nil {
+			t.Errorf("%s: %v", f.GetName(), err)
+		}
+		validateTree(t, f.ProtoReflect(), f.GetName())
+	}
+	// Each inserted before the router, in patch order.
+	if !slices.Equal(names, []string{"envoy.filters.http.ext_proc", "envoy.filters.http.ratelimit"}) {
+		t.Fatalf("HTTP filters %v, want ext_proc then ratelimit", names)
+	}
+
+	ep := extProcOf(t, fs[0])
+	pm := ep.GetProcessingMode()
+	if role(ep) != "downstream" || pm.GetRequestBodyMode() != extprocv3.ProcessingMode_BUFFERED ||
+		pm.GetResponseHeaderMode() != extprocv3.ProcessingMode_SEND || !ep.GetAllowModeOverride() {
+		t.Errorf("downstream ext_proc: role %q, mode %v, allow_mode_override %v", role(ep), pm, ep.GetAllowModeOverride())
+	}
+	if got := ep.GetGrpcService().GetEnvoyGrpc().GetClusterName(); got != cluster {
+		t.Errorf("ext_proc calls cluster %q, the patch adds %q", got, cluster)
+	}
+
+	var rl ratelimitv3.RateLimit
+	if err := fs[1].GetTypedConfig().UnmarshalTo(&rl); err != nil {
+		t.Fatal(err)
+	}
+	if got := rl.GetRateLimitService().GetGrpcService().GetEnvoyGrpc().GetClusterName(); got != cluster {
+		t.Errorf("ratelimit calls cluster %q, the patch adds %q", got, cluster)
+	}
+	if rl.GetRateLimitService().GetTransportApiVersion() != corev3.ApiVersion_V3 {
+		t.Error("ratelimit transport_api_version is not V3")
+	}
+	if configMapPolicies(t).Domain(rl.GetDomain()) == nil {
+		t.Errorf("ratelimit domain %q is not in the ConfigMap's policies", rl.GetDomain())
+	}
+
+	// The same processing as the demo's envoy.yaml.
+	for _, f := range envoyYAMLHCM(t).GetHttpFilters() {
+		if f.GetName() == "envoy.filters.http.ext_proc" && !sameExtProc(extProcOf(t, f), ep) {
+			t.Errorf("downstream ext_proc differs from envoy.yaml's:\n istio: %v\n envoy.yaml: %v", ep, extProcOf(t, f))
+		}
+	}
+}
+
+// istioCluster is roughly what Istio generates for a ServiceEntry host on
+// an HTTP port, before the MERGE patch.
+func istioCluster(host string, port int) *clusterv3.Cluster {
+	name := "outbound|" + strconv.Itoa(port) + "||" + host
+	return &clusterv3.Cluster{
+		Name:                 name,
+		ClusterDiscoveryType: &clusterv3.Cluster_Type{Type: clusterv3.Cluster_STRICT_DNS},
+		ConnectTimeout:       durationpb.New(10e9),
+		LoadAssignment: &endpointv3.ClusterLoadAssignment{
+			ClusterName: name,
+			Endpoints: []*endpointv3.LocalityLbEndpoints{{LbEndpoints: []*endpointv3.LbEndpoint{{
+				HostIdentifier: &endpointv3.LbEndpoint_Endpoint{Endpoint: &endpointv3.Endpoint{
+					Address: &corev3.Address{Address: &corev3.Address_SocketAddress{SocketAddress: &corev3.SocketAddress{
+						Address: host, PortSpecifier: &corev3.SocketAddress_PortValue{PortValue: 443}}}}}},
+			}}}},
+		},
+	}
+}
+
+type serviceEntrySpec struct {
+	Hosts []string `yaml:"hosts"`
+	Ports []struct {
+		Number     int    `yaml:"number"`
+		Name       string `yaml:"name"`
+		Protocol   string `yaml:"protocol"`
+		TargetPort int    `yaml:"targetPort"`
+	} `yaml:"ports"`
+}
+
+type destinationRuleSpec struct {
+	Host          string `yaml:"host"`
+	TrafficPolicy struct {
+		PortLevelSettings []struct {
+			Port struct {
+				Number int `yaml:"number"`
+			} `yaml:"port"`
+			TLS struct {
+				Mode string `yaml:"mode"`
+				SNI  string `yaml:"sni"`
+			} `yaml:"tls"`
+		} `yaml:"portLevelSettings"`
+	} `yaml:"trafficPolicy"`
+}
+
+// meshHTTPPort says whether host:port is an HTTP port of a ServiceEntry
+// with TLS originated by a DestinationRule.
+func meshHTTPPort(t *testing.T, is *istio, host string, port int) bool {
+	t.Helper()
+	http, tls := false, false
+	for _, o := range is.objs {
+		switch o.Kind {
+		case "ServiceEntry":
+			se := spec[serviceEntrySpec](t, o)
+			if !slices.Contains(se.Hosts, host) {
+				continue
+			}
+			for _, p := range se.Ports {
+				http = http || (p.Number == port && p.Protocol == "HTTP")
+			}
+		case "DestinationRule":
+			dr := spec[destinationRuleSpec](t, o)
+			if dr.Host != host {
+				continue
+			}
+			for _, s := range dr.TrafficPolicy.PortLevelSettings {
+				tls = tls || (s.Port.Number == port && s.TLS.Mode == "SIMPLE" && s.TLS.SNI == host)
+			}
+		}
+	}
+	return http && tls
+}
+
+func TestIstioUpstreamExtProc(t *testing.T) {
+	is := loadIstio(t)
+	cluster := addedCluster(t, is).GetName()
+	ps := is.patches("CLUSTER", "MERGE")
+	if len(ps) < 2 {
+		t.Fatalf("%d provider cluster patches", len(ps))
+	}
+	var upstream *extprocv3.ExternalProcessor
+	for _, f := range envoyYAMLClusterFilters(t) {
+		if f.GetName() == "envoy.filters.http.ext_proc" {
+			upstream = extProcOf(t, f)
+		}
+	}
+	for i, p := range ps {
+		m := p.Match.Cluster
+		if m == nil || m.Service == "" {
+			t.Errorf("CLUSTER MERGE %d matches no service", i)
+			continue
+		}
+		if !meshHTTPPort(t, is, m.Service, m.PortNumber) {
+			t.Errorf("CLUSTER MERGE %d: %s:%d is no HTTP ServiceEntry port with TLS origination", i, m.Service, m.PortNumber)
+		}
+		if !equalJSON(t, p.Patch.Value, ps[0].Patch.Value) {
+			t.Errorf("CLUSTER MERGE %d (%s) differs from the first: keep the providers' filters alike", i, m.Service)
+		}
+		var patch clusterv3.Cluster
+		if !decodeProto(t, "CLUSTER MERGE "+m.Service, p.Patch.Value, &patch) {
+			continue
+		}
+		c := istioCluster(m.Service, m.PortNumber)
+		proto.Merge(c, &patch)
+		if err := c.ValidateAll(); err != nil {
+			t.Errorf("%s after MERGE: %v", c.GetName(), err)
+		}
+		validateTree(t, c.ProtoReflect(), c.GetName())
+
+		var po upstreamhttpv3.HttpProtocolOptions
+		if err := c.GetTypedExtensionProtocolOptions()["envoy.extensions.upstreams.http.v3.HttpProtocolOptions"].UnmarshalTo(&po); err != nil {
+			t.Errorf("%s: HttpProtocolOptions: %v", c.GetName(), err)
+			continue
+		}
+		fs := po.GetHttpFilters()
+		if len(fs) != 2 || fs[0].GetName() != "envoy.filters.http.ext_proc" || fs[1].GetName() != "envoy.filters.http.upstream_codec" {
+			t.Errorf("%s: upstream filters %v, want ext_proc then upstream_codec", c.GetName(), fs)
+			continue
+		}
+		ep := extProcOf(t, fs[0])
+		if role(ep) != "upstream" || !ep.GetAllowModeOverride() || !slices.Contains(ep.GetRequestAttributes(), "xds.cluster_name") {
+			t.Errorf("%s: upstream ext_proc role %q, allow_mode_override %v, attributes %v", c.GetName(), role(ep),
+				ep.GetAllowModeOverride(), ep.GetRequestAttributes())
+		}
+		if got := ep.GetGrpcService().GetEnvoyGrpc().GetClusterName(); got != cluster {
+			t.Errorf("%s: ext_proc calls %q, the patch adds %q", c.GetName(), got, cluster)
+		}
+		if upstream != nil && !sameExtProc(ep, upstream) {
+			t.Errorf("%s: upstream ext_proc differs from envoy.yaml's:\n istio: %v\n envoy.yaml: %v", c.GetName(), ep, upstream)
+		}
+	}
+}
+
+func envoyYAMLClusterFilters(t *testing.T) []*hcmv3.HttpFilter {
+	t.Helper()
+	for _, c := range envoyYAML(t).GetStaticResources().GetClusters() {
+		a := c.GetTypedExtensionProtocolOptions()["envoy.extensions.upstreams.http.v3.HttpProtocolOptions"]
+		if a == nil {
+			continue
+		}
+		var po upstreamhttpv3.HttpProtocolOptions
+		if err := a.UnmarshalTo(&po); err != nil {
+			t.Fatal(err)
+		}
+		if len(po.GetHttpFilters()) > 0 {
+			return po.GetHttpFilters()
+		}
+	}
+	return nil
+}
+
+func equalJSON(t *testing.T, a, b any) bool {
+	t.Helper()
+	var x, y any
+	json.Unmarshal(toJSON(t, a), &x)
+	json.Unmarshal(toJSON(t, b), &y)
+	return string(toJSON(t, x)) == string(toJSON(t, y))
+}
+
+type gatewaySpec struct {
+	Selector map[string]string `yaml:"selector"`
+	Servers  []struct {
+		Port struct {
+			Number   int    `yaml:"number"`
+			Protocol string `yaml:"protocol"`
+		} `yaml:"port"`
+		Hosts []string `yaml:"hosts"`
+	} `yaml:"servers"`
+}
+
+type virtualServiceSpec struct {
+	Hosts    []string `yaml:"hosts"`
+	Gateways []string `yaml:"gateways"`
+	HTTP     []struct {
+		Name  string `yaml:"name"`
+		Match []struct {
+			Headers map[string]struct {
+				Exact string `yaml:"exact"`
+				Regex string `yaml:"regex"`
+			} `yaml:"headers"`
+		} `yaml:"match"`
+		Route []struct {
+			Destination struct {
+				Host string `yaml:"host"`
+				Port struct {
+					Number int `yaml:"number"`
+				} `yaml:"port"`
+			} `yaml:"destination"`
+		} `yaml:"route"`
+		Retries *struct {
+			Attempts int    `yaml:"attempts"`
+			RetryOn  string `yaml:"retryOn"`
+		} `yaml:"retries"`
+	} `yaml:"http"`
+}
+
+// TestIstioRoutes checks the Gateway, the VirtualService routing on
+// x-resil-target, and the VIRTUAL_HOST, HTTP_ROUTE and LISTENER patches.
+func TestIstioRoutes(t *testing.T) {
+	is := loadIstio(t)
+	gw := spec[gatewaySpec](t, mustFind(t, is.objs, "Gateway", "llm"))
+	vs := spec[virtualServiceSpec](t, mustFind(t, is.objs, "VirtualService", "llm"))
+	if gw.Selector["istio"] != "ingressgateway" || len(gw.Servers) != 1 || len(gw.Servers[0].Hosts) != 1 {
+		t.Fatalf("Gateway %+v", gw)
+	}
+	host := gw.Servers[0].Hosts[0]
+	vhost := host + ":" + strconv.Itoa(gw.Servers[0].Port.Number) // Istio's gateway virtual host name
+	if !slices.Equal(vs.Hosts, []string{host}) || !slices.Equal(vs.Gateways, []string{"llm"}) {
+		t.Errorf("VirtualService hosts %v gateways %v", vs.Hosts, vs.Gateways)
+	}
+
+	// Every target of the policies is routed, to a provider service.
+	targets := configMapPolicies(t).Targets()
+	routed := map[string]bool{}
+	for _, r := range vs.HTTP {
+		for _, m := range r.Match {
+			h, ok := m.Headers["x-resil-target"]
+			if !ok {
+				t.Errorf("route %s does not match on x-resil-target", r.Name)
+				continue
+			}
+			for _, tg := range targets {
+				if h.Exact == tg.Name || (h.Regex != "" && regexp.MustCompile("^(?:"+h.Regex+")$").MatchString(tg.Name)) {
+					routed[tg.Name] = true
+				}
+			}
+		}
+		for _, d := range r.Route {
+			if !meshHTTPPort(t, is, d.Destination.Host, d.Destination.Port.Number) {
+				t.Errorf("route %s goes to %s:%d, no provider ServiceEntry", r.Name, d.Destination.Host, d.Destination.Port.Number)
+			}
+		}
+		if r.Retries == nil || !strings.Contains(r.Retries.RetryOn, "retriable-headers") {
+			t.Errorf("route %s does not retry on retriable-headers", r.Name)
+		}
+	}
+	for _, tg := range targets {
+		if !routed[tg.Name] {
+			t.Errorf("target %s is not routed by the VirtualService", tg.Name)
+		}
+	}
+
+	// VIRTUAL_HOST: rate limit actions producing descriptors the domain
+	// limits, and the attempt count.
+	vps := is.patches("VIRTUAL_HOST", "MERGE")
+	if len(vps) != 1 {
+		t.Fatalf("%d VIRTUAL_HOST patches", len(vps))
+	}
+	if rc := vps[0].Match.RouteConfiguration; rc == nil || rc.Vhost.Name != vhost {
+		t.Errorf("VIRTUAL_HOST patch matches %+v, want vhost %s", rc, vhost)
+	}
+	var vpatch routev3.VirtualHost
+	if decodeProto(t, "VIRTUAL_HOST", vps[0].Patch.Value, &vpatch) {
+		vh := &routev3.VirtualHost{Name: vhost, Domains: []string{host, host + ":*"}}
+		proto.Merge(vh, &vpatch)
+		if err := vh.ValidateAll(); err != nil {
+			t.Error(err)
+		}
+		if !vh.GetIncludeRequestAttemptCount() {
+			t.Error("include_request_attempt_count is off: the upstream ext_proc counts attempts")
+		}
+		checkRateLimitActions(t, vh.GetRateLimits(), configMapPolicies(t), domainOf(t, is))
+	}
+
+	// HTTP_ROUTE: the retry policy reads what the upstream role writes.
+	rps := is.patches("HTTP_ROUTE", "MERGE")
+	if len(rps) != 1 {
+		t.Fatalf("%d HTTP_ROUTE patches", len(rps))
+	}
+	if rc := rps[0].Match.RouteConfiguration; rc == nil || rc.Vhost.Name != vhost || rc.Vhost.Route == nil {
+		t.Errorf("HTTP_ROUTE patch matches %+v, want routes of vhost %s", rc, vhost)
+	}
+	var rpatch routev3.Route
+	if decodeProto(t, "HTTP_ROUTE", rps[0].Patch.Value, &rpatch) {
+		r := &routev3.Route{
+			Name:  "openai",
+			Match: &routev3.RouteMatch{PathSpecifier: &routev3.RouteMatch_Prefix{Prefix: "/"}},
+			Action: &routev3.Route_Route{Route: &routev3.RouteAction{
+				ClusterSpecifier: &routev3.RouteAction_Cluster{Cluster: "outbound|80||api.openai.com"},
+				RetryPolicy: &routev3.RetryPolicy{RetryOn: "retriable-headers,connect-failure,refused-stream,reset",
+					NumRetries: wrapperspb.UInt32(2)},
+			}},
+		}
+		proto.Merge(r, &rpatch)
+		if err := r.ValidateAll(); err != nil {
+			t.Error(err)
+		}
+		validateTree(t, r.ProtoReflect(), "route")
+		rp := r.GetRoute().GetRetryPolicy()
+		ok := len(rp.GetRetriableHeaders()) == 1 && rp.GetRetriableHeaders()[0].GetName() == "x-resil-retry" &&
+			len(rp.GetRateLimitedRetryBackOff().GetResetHeaders()) == 1 &&
+			rp.GetRateLimitedRetryBackOff().GetResetHeaders()[0].GetName() == "x-resil-retry-after" &&
+			rp.GetRateLimitedRetryBackOff().GetResetHeaders()[0].GetFormat() == routev3.RetryPolicy_SECONDS
+		if !ok {
+			t.Errorf("retry policy %v does not read x-resil-retry and x-resil-retry-after", rp)
+		}
+	}
+
+	// LISTENER: room for whole prompts.
+	lps := is.patches("LISTENER", "MERGE")
+	if len(lps) != 1 {
+		t.Fatalf("%d LISTENER patches", len(lps))
+	}
+	var lpatch listenerv3.Listener
+	if decodeProto(t, "LISTENER", lps[0].Patch.Value, &lpatch) {
+		l := &listenerv3.Listener{Name: "0.0.0.0_8080", Address: &corev3.Address{Address: &corev3.Address_SocketAddress{
+			SocketAddress: &corev3.SocketAddress{Address: "0.0.0.0", PortSpecifier: &corev3.SocketAddress_PortValue{PortValue: 8080}}}}}
+		proto.Merge(l, &lpatch)
+		if err := l.ValidateAll(); err != nil {
+			t.Error(err)
+		}
+		if l.GetPerConnectionBufferLimitBytes().GetValue() < 1<<20 {
+			t.Errorf("per_connection_buffer_limit_bytes %v: prompts are buffered whole", l.GetPerConnectionBufferLimitBytes())
+		}
+	}
+}
+
+func domainOf(t *testing.T, is *istio) string {
+	t.Helper()
+	for _, f := range httpFilters(t, is) {
+		var rl ratelimitv3.RateLimit
+		if f.GetTypedConfig().UnmarshalTo(&rl) == nil {
+			return rl.GetDomain()
+		}
+	}
+	t.Fatal("no ratelimit filter")
+	return ""
+}
+
+// checkRateLimitActions builds the descriptor each rate limit produces,
+// with a sample header value, and checks that the domain limits it.
+func checkRateLimitActions(t *testing.T, rls []*routev3.RateLimit, s *policy.Snapshot, domain string) {
+	t.Helper()
+	if len(rls) == 0 {
+		t.Error("no rate_limits")
+	}
+	for i, rl := range rls {
+		var entries []policy.Entry
+		for _, a := range rl.GetActions() {
+			switch {
+			case a.GetGenericKey() != nil:
+				k := a.GetGenericKey().GetDescriptorKey()
+				if k == "" {
+					k = "generic_key"
+				}
+				entries = append(entries, policy.Entry{Key: k, Value: a.GetGenericKey().GetDescriptorValue()})
+			case a.GetRequestHeaders() != nil:
+				entries = append(entries, policy.Entry{Key: a.GetRequestHeaders().GetDescriptorKey(), Value: "sample-key"})
+			case a.GetRemoteAddress() != nil:
+				entries = append(entries, policy.Entry{Key: "remote_address", Value: "203.0.113.7"})
+			default:
+				t.Errorf("rate_limits[%d]: action %v not understood by this test", i, a)
+			}
+		}
+		if s.Match(domain, entries) == nil {
+			t.Errorf("rate_limits[%d] produces %v, which domain %q does not limit", i, entries, domain)
+		}
+	}
+}
