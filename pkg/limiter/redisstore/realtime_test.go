@@ -431,6 +431,69 @@ func rtSlowRun(t *testing.T, seconds int) ([]rtCall, int64) {
 	return calls, from
 }
 
+// rtStalls watches the Go scheduler while a test runs: a goroutine that
+// sleeps 1 ms at a time records every wake-up late by more than 2 ms.
+// A decision that outlasts its bound while the scheduler itself was
+// stalled was held up by the machine (a shared, busy one), not by the
+// engine.
+type rtStalls struct {
+	mu     sync.Mutex
+	stalls []rtCall // start: when the sleep began, end: when it woke
+	stop   chan struct{}
+	done   chan struct{}
+}
+
+func rtWatchStalls() *rtStalls {
+	s := &rtStalls{stop: make(chan struct{}), done: make(chan struct{})}
+	go func() {
+		defer close(s.done)
+		for {
+			select {
+			case <-s.stop:
+				return
+			default:
+			}
+			t0 := time.Now()
+			time.Sleep(time.Millisecond) // the probe itself
+			t1 := time.Now()
+			if t1.Sub(t0) > 3*time.Millisecond {
+				s.mu.Lock()
+				s.stalls = append(s.stalls, rtCall{start: t0.UnixNano(), end: t1.UnixNano()})
+				s.mu.Unlock()
+			}
+		}
+	}()
+	return s
+}
+
+func (s *rtStalls) close() {
+	close(s.stop)
+	<-s.done
+}
+
+// during is the longest scheduler stall overlapping c.
+func (s *rtStalls) during(c rtCall) time.Duration {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var longest time.Duration
+	for _, st := range s.stalls {
+		if st.start < c.end && st.end > c.start {
+			longest = max(longest, st.latency()-time.Millisecond)
+		}
+	}
+	return longest
+}
+
+func (s *rtStalls) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var longest time.Duration
+	for _, st := range s.stalls {
+		longest = max(longest, st.latency()-time.Millisecond)
+	}
+	return fmt.Sprintf("%d scheduler stalls over 2ms, longest %v", len(s.stalls), longest)
+}
+
 // TestRealtimeSlowRedis: with Redis 80 ms away, no decision waits much
 // longer than redis_timeout. The design bounds the wait at redis_timeout;
 // the test allows 2× (25 ms) for the timer and the scheduler of a busy
@@ -439,9 +502,25 @@ func rtSlowRun(t *testing.T, seconds int) ([]rtCall, int64) {
 func TestRealtimeSlowRedis(t *testing.T) {
 	rtSkipShort(t)
 	const seconds = 5
+	stalls := rtWatchStalls()
 	calls, from := rtSlowRun(t, seconds)
-	if _, maxLat := rtLatencies(calls); maxLat >= 2*rtTimeout+rtTimeout/2 { // 25 ms
-		t.Errorf("a decision took %v, over 2× redis_timeout (%v)", maxLat, rtTimeout)
+	stalls.close()
+	t.Logf("scheduler: %v", stalls)
+	const bound = 2*rtTimeout + rtTimeout/2 // 25 ms
+	for _, c := range calls {
+		if c.latency() < bound {
+			continue
+		}
+		// A call is excused only by a stall of the runtime itself that
+		// overlapped it and accounts for the time over the bound.
+		stall := stalls.during(c)
+		msg := fmt.Sprintf("a decision (%v, allowed %v) at +%v took %v, over ~2× redis_timeout (%v); scheduler stalled %v meanwhile",
+			c.mode, c.ok, time.Duration(c.start-from*1e9).Round(time.Millisecond), c.latency(), rtTimeout, stall)
+		if c.latency()-stall >= bound {
+			t.Error(msg)
+		} else {
+			t.Log(msg)
+		}
 	}
 	excess, where := rtOverLimit(calls, 0, rtLimit, from, from+seconds)
 	t.Logf("admissions over the limit of %d per second: %d (worst: %s)", rtLimit, excess, where)
