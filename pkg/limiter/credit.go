@@ -16,8 +16,11 @@ type creditState struct {
 	backedTo atomic.Int64 // local ns until which the reservation backs credit
 	deniedTo atomic.Int64 // local ns until which an exhausted key denies locally
 	grant    atomic.Int64 // the last reservation, for early sync at half credit
-	kicked   atomic.Bool  // a sync was asked for
-	lastUse  atomic.Int64 // local ns of the last decision
+	// overrunLeft is this replica's share of the budget the last view left
+	// free: what timed-out waiters may still be admitted on that view.
+	overrunLeft atomic.Int64
+	kicked      atomic.Bool  // a sync was asked for
+	lastUse     atomic.Int64 // local ns of the last decision
 
 	view atomic.Pointer[storeView] // the store's state after the last sync; nil: cold
 
@@ -30,13 +33,15 @@ type creditState struct {
 	asked    uint64 // waiting units the in-flight sync asked for
 	inflight bool
 	late     []Hit // hits snapshotted just before a window boundary
-	unused   int64 // credit when the in-flight sync was sent
-	sentAt   int64 // local ns the in-flight sync was sent
-	lastSync int64 // local ns of the last completed sync
-	nextSync int64 // local ns when the key is next due
-	rate     float64
-	busy     bool
-	fallback []WindowState // local windows while degraded (fail-static)
+	// overrunEpoch is the window (of the first period) overrunLeft was set in.
+	overrunEpoch int64
+	unused       int64 // credit when the in-flight sync was sent
+	sentAt       int64 // local ns the in-flight sync was sent
+	lastSync     int64 // local ns of the last completed sync
+	nextSync     int64 // local ns when the key is next due
+	rate         float64
+	busy         bool
+	fallback     []WindowState // local windows while degraded (fail-static)
 }
 
 // storeView is the store's answer to a key's last sync, immutable once
@@ -133,6 +138,12 @@ func (l *Limiter) wait(cs *creditState, rule *Rule, n int64, now int64) Result {
 	if ok && !l.storeHealthy() {
 		// The store is failing, not slow: the view goes stale with every
 		// admit elsewhere, so deny until credit or degraded mode decides.
+		ok, wait = false, rule.Tuning.syncInterval()
+	}
+	if ok && cs.overrunLeft.Add(-n) < 0 {
+		// Every replica may overrun on the same view: each spends at most
+		// its share of the budget the view left free.
+		cs.overrunLeft.Add(n)
 		ok, wait = false, rule.Tuning.syncInterval()
 	}
 	if ok {

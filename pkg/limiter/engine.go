@@ -31,7 +31,9 @@ func (m Mode) String() string {
 
 // Stats are the engine's counters since start.
 type Stats struct {
-	// Decisions by mode: local, sync, cold, overrun, degraded.
+	// Decisions by mode: sync, cold, overrun, degraded. Decisions made
+	// from local state are not counted here (the hot path stays free of
+	// shared writes); the RLS metrics count every decision by mode.
 	Decisions map[string]uint64
 	// Rounds is the number of sync round trips; SyncFailures those that
 	// failed (heartbeats included).
@@ -55,7 +57,9 @@ func (l *Limiter) count(mode Mode) { l.stats.modes[mode].Add(1) }
 func (l *Limiter) Stats() Stats {
 	s := Stats{Decisions: make(map[string]uint64, modeCount), Replicas: int(l.replicas.Load())}
 	for i, n := range modeNames {
-		s.Decisions[n] = l.stats.modes[i].Load()
+		if Mode(i) != ModeLocal { // local decisions are not counted: no shared write on the hot path
+			s.Decisions[n] = l.stats.modes[i].Load()
+		}
 	}
 	s.Rounds, s.SyncFailures = l.stats.rounds.Load(), l.stats.syncFailures.Load()
 	if l.store != nil {
