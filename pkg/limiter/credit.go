@@ -95,8 +95,10 @@ func (l *Limiter) creditDecide(cs *creditState, r *Request, hits uint64, now int
 	if now < cs.backedTo.Load() {
 		if c := cs.credit.Add(-n); c >= 0 {
 			cs.hits.Add(n)
-			if 2*c < cs.grant.Load() && cs.kicked.CompareAndSwap(false, true) {
-				l.kick()
+			if 2*c < cs.grant.Load() {
+				// Early sync at half credit: due at the next tick, batched
+				// with the other keys; only waiters wake the loop at once.
+				cs.kicked.CompareAndSwap(false, true)
 			}
 			return l.viewResult(cs, now, true, 0, 0)
 		}

@@ -128,7 +128,9 @@ func (l *Limiter) SyncRound(ctx context.Context) {
 }
 
 // collectDue lists the credit keys to sync at now. When any key is due,
-// those at least half due ride along.
+// those due within a tenth of their interval ride along: enough to merge
+// rounds of keys due together, without making every key sync early when
+// many keys keep a round going on every tick.
 func (l *Limiter) collectDue(now int64) []*creditState {
 	var due, half []*creditState
 	snow := l.storeNow(now)
@@ -150,7 +152,7 @@ func (l *Limiter) collectDue(now int64) []*creditState {
 		switch {
 		case cs.kicked.Load() || len(cs.waiters) > 0 || now >= cs.nextSync:
 			due = append(due, cs)
-		case now >= cs.nextSync-interval/2:
+		case now >= cs.nextSync-interval/10:
 			half = append(half, cs)
 		}
 	})
