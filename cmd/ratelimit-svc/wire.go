@@ -8,6 +8,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/pprof"
+	"runtime"
 	"strconv"
 
 	"go.opentelemetry.io/otel/attribute"
@@ -53,7 +54,7 @@ func wire(cfg config, log *slog.Logger, tel *telemetry, tr *tracing, headers env
 	xp := envoyapi.NewExtProc(pol, envoyapi.ExtProcDeps{Limits: a.lim, Slots: a.lim, Breakers: breakers},
 		envoyapi.WithLogger(log.With("component", "extproc")), envoyapi.WithMeterProvider(tel.provider))
 	a.health = health.NewServer()
-	a.grpc = grpc.NewServer(tr.serverOptions()...)
+	a.grpc = grpc.NewServer(append(grpcServerOptions(), tr.serverOptions()...)...)
 	registerGRPC(a.grpc, a.rls, xp, a.health)
 	a.http = &http.Server{Handler: a.routes(), ReadHeaderTimeout: httpHeaderTimeout}
 	if a.grpcLis, err = net.Listen("tcp", cfg.GRPCAddr); err != nil {
@@ -73,6 +74,13 @@ func (a *app) close() {
 	if a.redis != nil {
 		a.redis.Close()
 	}
+}
+
+// grpcServerOptions tunes the gRPC server for many short calls: a fixed
+// pool of stream workers (one per core) serves calls on goroutines whose
+// stacks have already grown, instead of a new goroutine per call.
+func grpcServerOptions() []grpc.ServerOption {
+	return []grpc.ServerOption{grpc.NumStreamWorkers(uint32(runtime.GOMAXPROCS(0)))}
 }
 
 // countReload records a policy load in ratelimit_config_reloads.

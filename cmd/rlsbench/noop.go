@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"runtime"
 	"time"
 
 	ratelimitv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
@@ -65,7 +66,9 @@ func okAnswer(n int) *ratelimitv3.RateLimitResponse {
 // newNoopGRPCServer returns a gRPC server with the no-op RLS and a health
 // service reporting SERVING.
 func newNoopGRPCServer() *grpc.Server {
-	gs := grpc.NewServer()
+	// The same stream-worker pool as ratelimit-svc, so the floor is the
+	// same gRPC server doing nothing.
+	gs := grpc.NewServer(grpc.NumStreamWorkers(uint32(runtime.GOMAXPROCS(0))))
 	ratelimitv3.RegisterRateLimitServiceServer(gs, newNoopServer())
 	hs := health.NewServer()
 	hs.SetServingStatus("", healthpb.HealthCheckResponse_SERVING)

@@ -3,6 +3,7 @@ package envoyapi
 import (
 	"context"
 	"sync"
+	"sync/atomic"
 
 	ratelimitv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"go.opentelemetry.io/otel/attribute"
@@ -21,45 +22,71 @@ const (
 	outcomeNoMatch   = "no_match"
 )
 
+// rlsMetrics counts decisions in plain atomics, one per label set, and
+// reports them to OTel from an observable callback at collection time: the
+// request path pays an atomic add, not the SDK's attribute handling.
 type rlsMetrics struct {
-	decisions metric.Int64Counter
-	requests  metric.Int64Counter
-	mu        sync.RWMutex
-	attrs     map[labels]metric.MeasurementOption
+	decisions, requests metric.Int64ObservableCounter
+	mu                  sync.RWMutex
+	counts              map[labels]*counted
 }
 
 // labels is one label set: the domain and up to two more name/value pairs.
 type labels struct{ domain, k1, v1, k2, v2 string }
 
-func newRLSMetrics(m metric.Meter) *rlsMetrics {
-	dec, _ := m.Int64Counter("ratelimit_decisions",
-		metric.WithDescription("Descriptor decisions by domain, outcome and mode."))
-	req, _ := m.Int64Counter("ratelimit_requests",
-		metric.WithDescription("ShouldRateLimit calls by domain and overall code."))
-	return &rlsMetrics{decisions: dec, requests: req, attrs: make(map[labels]metric.MeasurementOption)}
+type counted struct {
+	n     atomic.Int64
+	attrs metric.ObserveOption
+	inst  metric.Int64ObservableCounter
 }
 
-// opt returns the cached attribute option for a label set, so steady-state
-// recording allocates nothing.
-func (m *rlsMetrics) opt(l labels) metric.MeasurementOption {
+func newRLSMetrics(m metric.Meter) *rlsMetrics {
+	rm := &rlsMetrics{counts: make(map[labels]*counted)}
+	dec, _ := m.Int64ObservableCounter("ratelimit_decisions",
+		metric.WithDescription("Descriptor decisions by domain, outcome and mode."))
+	req, _ := m.Int64ObservableCounter("ratelimit_requests",
+		metric.WithDescription("ShouldRateLimit calls by domain and overall code."))
+	rm.decisions, rm.requests = dec, req
+	m.RegisterCallback(rm.observe, dec, req)
+	return rm
+}
+
+func (m *rlsMetrics) observe(_ context.Context, o metric.Observer) error {
 	m.mu.RLock()
-	o, ok := m.attrs[l]
+	defer m.mu.RUnlock()
+	for _, c := range m.counts {
+		o.ObserveInt64(c.inst, c.n.Load(), c.attrs)
+	}
+	return nil
+}
+
+// add counts one event of a label set on inst.
+func (m *rlsMetrics) add(inst metric.Int64ObservableCounter, l labels) {
+	m.mu.RLock()
+	c, ok := m.counts[l]
 	m.mu.RUnlock()
-	if ok {
-		return o
+	if !ok {
+		c = m.create(inst, l)
+	}
+	c.n.Add(1)
+}
+
+func (m *rlsMetrics) create(inst metric.Int64ObservableCounter, l labels) *counted {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if c, ok := m.counts[l]; ok {
+		return c
 	}
 	attrs := []attribute.KeyValue{attribute.String("domain", l.domain), attribute.String(l.k1, l.v1)}
 	if l.k2 != "" {
 		attrs = append(attrs, attribute.String(l.k2, l.v2))
 	}
-	o = metric.WithAttributeSet(attribute.NewSet(attrs...))
-	m.mu.Lock()
-	m.attrs[l] = o
-	m.mu.Unlock()
-	return o
+	c := &counted{attrs: metric.WithAttributeSet(attribute.NewSet(attrs...)), inst: inst}
+	m.counts[l] = c
+	return c
 }
 
-func (s *RLS) record(ctx context.Context, domain string, b *batch, resp *ratelimitv3.RateLimitResponse) {
+func (s *RLS) record(domain string, b *batch, resp *ratelimitv3.RateLimitResponse) {
 	m := s.metrics
 	for i := range b.plans {
 		p := &b.plans[i]
@@ -67,13 +94,13 @@ func (s *RLS) record(ctx context.Context, domain string, b *batch, resp *ratelim
 		if p.kind == limited {
 			mode = b.results[p.batchIdx].Mode
 		}
-		m.decisions.Add(ctx, 1, m.opt(labels{domain, "outcome", outcomeOf(b, p), "mode", mode.String()}))
+		m.add(m.decisions, labels{domain, "outcome", outcomeOf(b, p), "mode", mode.String()})
 	}
 	code := "ok"
 	if resp.OverallCode == ratelimitv3.RateLimitResponse_OVER_LIMIT {
 		code = "over_limit"
 	}
-	m.requests.Add(ctx, 1, m.opt(labels{domain: domain, k1: "code", v1: code}))
+	m.add(m.requests, labels{domain: domain, k1: "code", v1: code})
 }
 
 func outcomeOf(b *batch, p *plan) string {

@@ -80,7 +80,7 @@ func (s *RLS) ShouldRateLimit(ctx context.Context, req *ratelimitv3.RateLimitReq
 	if root == nil {
 		label = "_unknown" // bounded label set: clients choose domains
 	}
-	s.record(ctx, label, b, resp)
+	s.record(label, b, resp)
 	return resp, nil
 }
 

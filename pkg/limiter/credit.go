@@ -24,15 +24,16 @@ type creditState struct {
 
 	view atomic.Pointer[storeView] // the store's state after the last sync; nil: cold
 
-	mu       sync.Mutex
-	key      string
-	rule     *Rule
-	ws       []Window // rule.Windows with periods in µs, the store's unit
-	waiters  []*waiter
-	waiting  uint64 // units the waiters want
-	asked    uint64 // waiting units the in-flight sync asked for
-	inflight bool
-	late     []Hit // hits snapshotted just before a window boundary
+	mu        sync.Mutex
+	key       string
+	rule      *Rule
+	ws        []Window // rule.Windows with periods in µs, the store's unit
+	waiters   []*waiter
+	waiting   uint64 // units the waiters want
+	asked     uint64 // waiting units the in-flight sync asked for
+	inflight  bool
+	collected bool  // listed for the round being built
+	late      []Hit // hits snapshotted just before a window boundary
 	// overrunEpoch is the window (of the first period) overrunLeft was set in.
 	overrunEpoch int64
 	unused       int64 // credit when the in-flight sync was sent
@@ -95,10 +96,10 @@ func (l *Limiter) creditDecide(cs *creditState, r *Request, hits uint64, now int
 	if now < cs.backedTo.Load() {
 		if c := cs.credit.Add(-n); c >= 0 {
 			cs.hits.Add(n)
-			if 2*c < cs.grant.Load() {
+			if 2*c < cs.grant.Load() && cs.kicked.CompareAndSwap(false, true) {
 				// Early sync at half credit: due at the next tick, batched
 				// with the other keys; only waiters wake the loop at once.
-				cs.kicked.CompareAndSwap(false, true)
+				l.enqueue(cs)
 			}
 			return l.viewResult(cs, now, true, 0, 0)
 		}
@@ -123,7 +124,9 @@ func (l *Limiter) wait(cs *creditState, rule *Rule, n int64, now int64) Result {
 	cs.waiters = append(cs.waiters, w)
 	cs.waiting += uint64(n)
 	cs.mu.Unlock()
-	cs.kicked.Store(true)
+	if cs.kicked.CompareAndSwap(false, true) {
+		l.enqueue(cs)
+	}
 	l.kick()
 	t := time.NewTimer(rule.Tuning.storeTimeout())
 	defer t.Stop()

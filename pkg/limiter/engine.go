@@ -84,7 +84,9 @@ func (l *Limiter) creditFor(key []byte, rule *Rule, now int64) *creditState {
 	if e == nil || e.cs.Load() == nil {
 		e = l.keys.lock(key, rule)
 		if e.cs.Load() == nil {
-			e.cs.Store(l.newCredit(e.key, rule, now))
+			cs := l.newCredit(e.key, rule, now)
+			e.cs.Store(cs)
+			l.enqueue(cs)
 		}
 		e.fresh.Store(math.MaxInt64)
 		e.mu.Unlock()

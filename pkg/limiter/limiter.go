@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"sync"
 	"sync/atomic"
 	"time"
 )
@@ -85,6 +86,9 @@ type Limiter struct {
 	lastOK     atomic.Int64 // local ns of the last successful store call
 	lastFail   atomic.Int64 // local ns of the last failed store call
 	kickCh     chan struct{}
+	pendingMu  sync.Mutex
+	pending    []*creditState // keys that asked for a sync since the last round
+	lastScan   int64          // local ns of the last full scan (sync loop only)
 	stats      stats
 }
 

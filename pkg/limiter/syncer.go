@@ -16,6 +16,18 @@ const (
 	tick           = 10 * time.Millisecond
 )
 
+// enqueue lists a key that asked for a sync, so the next round finds it
+// without scanning every key.
+func (l *Limiter) enqueue(cs *creditState) {
+	l.pendingMu.Lock()
+	l.pending = append(l.pending, cs)
+	l.pendingMu.Unlock()
+}
+
+// fullScanEvery bounds how often a round looks at every key (for keys due
+// by time); in between, rounds take only the keys that asked.
+const fullScanEvery = 100 * time.Millisecond
+
 // kick wakes the sync loop for an early round.
 func (l *Limiter) kick() {
 	select {
@@ -101,7 +113,7 @@ func (l *Limiter) degraded(rule *Rule, now int64) bool {
 // may too.
 func (l *Limiter) SyncRound(ctx context.Context) {
 	now := l.clock.Now().UnixNano()
-	due := l.collectDue(now)
+	due := l.collectDue(now, l.fullScanDue(now))
 	if len(due) == 0 {
 		return
 	}
@@ -127,13 +139,43 @@ func (l *Limiter) SyncRound(ctx context.Context) {
 	}
 }
 
+// fullScanDue reports whether this round looks at every key: every
+// fullScanEvery, and on the tick before each whole second, where every
+// window boundary falls, to set aside the hits admitted before it.
+func (l *Limiter) fullScanDue(now int64) bool {
+	lead := int64(boundaryLead / time.Microsecond)
+	if now-l.lastScan < int64(fullScanEvery) && l.storeNow(now)%1e6 < 1e6-lead {
+		return false
+	}
+	l.lastScan = now
+	return true
+}
+
 // collectDue lists the credit keys to sync at now. When any key is due,
 // those due within a tenth of their interval ride along: enough to merge
 // rounds of keys due together, without making every key sync early when
 // many keys keep a round going on every tick.
-func (l *Limiter) collectDue(now int64) []*creditState {
+func (l *Limiter) collectDue(now int64, full bool) []*creditState {
 	var due, half []*creditState
 	snow := l.storeNow(now)
+	if !full {
+		l.pendingMu.Lock()
+		asked := l.pending
+		l.pending = nil
+		l.pendingMu.Unlock()
+		for _, cs := range asked {
+			cs.mu.Lock()
+			if !cs.inflight && !cs.collected && cs.needsSync() {
+				cs.collected = true
+				due = append(due, cs)
+			}
+			cs.mu.Unlock()
+		}
+		return due
+	}
+	l.pendingMu.Lock()
+	l.pending = nil // the scan sees every key that asked
+	l.pendingMu.Unlock()
 	l.keys.eachCredit(func(e *entry, cs *creditState) {
 		cs.mu.Lock()
 		defer cs.mu.Unlock()
@@ -205,7 +247,7 @@ func (cs *creditState) needsSync() bool {
 func (l *Limiter) prepare(cs *creditState, now int64) SyncItem {
 	cs.mu.Lock()
 	defer cs.mu.Unlock()
-	cs.inflight, cs.sentAt, cs.asked = true, now, cs.waiting
+	cs.inflight, cs.sentAt, cs.asked, cs.collected = true, now, cs.waiting, false
 	cs.kicked.Store(false)
 	h := cs.hits.Swap(0)
 	cs.unused = max(cs.credit.Load(), 0)
@@ -278,6 +320,9 @@ func (l *Limiter) apply(cs *creditState, r *SyncResult) {
 	if len(cs.waiters) > 0 {
 		cs.settleWaiters(l, now)
 	}
+	if cs.kicked.Load() || len(cs.waiters) > 0 {
+		l.enqueue(cs) // asked again while the round was in flight
+	}
 }
 
 // refreshOverrun sets the overrun budget from the new view: a fresh share
@@ -343,6 +388,7 @@ func (cs *creditState) settleWaiters(l *Limiter, now int64) {
 		cs.deniedTo.Store(now + int64(min(wait, cs.rule.Tuning.syncInterval())))
 	}
 	if len(cs.waiters) > 0 {
+		cs.kicked.Store(true)
 		l.kick()
 	}
 }
