@@ -151,31 +151,36 @@ func (l *Limiter) fullScanDue(now int64) bool {
 	return true
 }
 
-// collectDue lists the credit keys to sync at now. When any key is due,
-// those due within a tenth of their interval ride along: enough to merge
-// rounds of keys due together, without making every key sync early when
-// many keys keep a round going on every tick.
+// collectDue lists the credit keys to sync at now: on a full scan every
+// key that is due, and always the keys that asked since the last round.
+// Riding along is limited to keys due within a tenth of their interval:
+// enough to merge rounds of keys due together, without making every key
+// sync early when many keys keep a round going on every tick.
 func (l *Limiter) collectDue(now int64, full bool) []*creditState {
-	var due, half []*creditState
-	snow := l.storeNow(now)
-	if !full {
-		l.pendingMu.Lock()
-		asked := l.pending
-		l.pending = nil
-		l.pendingMu.Unlock()
-		for _, cs := range asked {
-			cs.mu.Lock()
-			if !cs.inflight && !cs.collected && cs.needsSync() {
-				cs.collected = true
-				due = append(due, cs)
-			}
-			cs.mu.Unlock()
-		}
-		return due
+	var due []*creditState
+	if full {
+		due = l.scanDue(now)
 	}
 	l.pendingMu.Lock()
-	l.pending = nil // the scan sees every key that asked
+	asked := l.pending
+	l.pending = nil
 	l.pendingMu.Unlock()
+	for _, cs := range asked {
+		cs.mu.Lock()
+		if !cs.inflight && !cs.collected && cs.needsSync() {
+			cs.collected = true
+			due = append(due, cs)
+		}
+		cs.mu.Unlock()
+	}
+	return due
+}
+
+// scanDue looks at every key: those due, asked for or waited on, and when
+// any is, those due within a tenth of their interval (riding along).
+func (l *Limiter) scanDue(now int64) []*creditState {
+	var due, half []*creditState
+	snow := l.storeNow(now)
 	l.keys.eachCredit(func(e *entry, cs *creditState) {
 		cs.mu.Lock()
 		defer cs.mu.Unlock()
@@ -193,12 +198,19 @@ func (l *Limiter) collectDue(now int64, full bool) []*creditState {
 		interval := cs.nextSync - cs.lastSync
 		switch {
 		case cs.kicked.Load() || len(cs.waiters) > 0 || now >= cs.nextSync:
+			cs.collected = true
 			due = append(due, cs)
 		case now >= cs.nextSync-interval/10:
+			cs.collected = true
 			half = append(half, cs)
 		}
 	})
 	if len(due) == 0 {
+		for _, cs := range half {
+			cs.mu.Lock()
+			cs.collected = false
+			cs.mu.Unlock()
+		}
 		return nil
 	}
 	return append(due, half...)
