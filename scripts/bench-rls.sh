@@ -4,8 +4,8 @@
 # the accuracy of 4 replicas sharing a 50/s limit at 5× load. Prints
 # markdown tables. Everything listens on loopback; nothing is left running.
 #
-#   scripts/bench-rls.sh            # 5 s per cell
-#   D=10s scripts/bench-rls.sh      # longer cells
+#   scripts/bench-rls.sh            # 5 s per cell, 3 interleaved runs
+#   D=10s R=5 scripts/bench-rls.sh  # longer cells, more runs
 set -euo pipefail
 cd "$(dirname "$0")/.."
 D=${D:-5s}
@@ -56,26 +56,45 @@ print(f'{d["throughput_rps"]:.0f} {l["p50"]:.0f} {l["p99"]:.0f} {cpu:.3f} {d["er
 EOF
 }
 
-echo "| keys | c | server | req/s | × floor | p50 µs | p99 µs | server CPU s /100k | × floor | errors |"
-echo "|---|---|---|---|---|---|---|---|---|---|"
+# Each cell runs R times, the servers interleaved, and reports medians:
+# on a shared machine one run's ratio is noise.
+R=${R:-3}
+: >"$work/rows"
 for keys in 1 10000; do
   for c in 1 16 64; do
-    base=""
-    for target in noop local redis; do
-      case $target in
-        noop) addr=127.0.0.1:19081; pid=$noop ;;
-        local) addr=127.0.0.1:19082; pid=$local ;;
-        redis) [ -n "$redis" ] || continue; addr=127.0.0.1:19090; pid=$redis ;;
-      esac
-      "$work/rlsbench" -addr "$addr" -domain bench -descriptor 'k={k}' -keys "$keys" -c "$c" -d "$D" \
-        -pids "$pid" -json >"$work/out.json" 2>/dev/null
-      read -r rps p50 p99 cpu errs < <(summary "$work/out.json" "$pid")
-      [ -z "$base" ] && base="$rps $cpu"
-      read -r brps bcpu <<<"$base"
-      python3 -c "print(f'| $keys | $c | $target | $rps | {$rps/$brps:.2f} | $p50 | $p99 | $cpu | {$cpu/$bcpu if $bcpu else 0:.2f} | $errs |')"
+    for r in $(seq "$R"); do
+      for target in noop local redis; do
+        case $target in
+          noop) addr=127.0.0.1:19081; pid=$noop ;;
+          local) addr=127.0.0.1:19082; pid=$local ;;
+          redis) [ -n "$redis" ] || continue; addr=127.0.0.1:19090; pid=$redis ;;
+        esac
+        "$work/rlsbench" -addr "$addr" -domain bench -descriptor 'k={k}' -keys "$keys" -c "$c" -d "$D" \
+          -pids "$pid" -json >"$work/out.json" 2>/dev/null
+        echo "$keys $c $r $target $(summary "$work/out.json" "$pid")" >>"$work/rows"
+      done
     done
   done
 done
+python3 - "$work/rows" "$R" <<'EOF'
+import statistics, sys
+rows = [l.split() for l in open(sys.argv[1])]
+print(f"Medians of {sys.argv[2]} interleaved runs per cell; ratios are to the no-op floor of the same run.")
+print()
+print("| keys | c | server | req/s | × floor | p50 µs | p99 µs | server CPU s /100k | × floor | errors |")
+print("|---|---|---|---|---|---|---|---|---|---|")
+cells = {}
+for keys, c, r, target, rps, p50, p99, cpu, errs in rows:
+    cells.setdefault((int(keys), int(c)), {}).setdefault(r, {})[target] = (float(rps), float(p50), float(p99), float(cpu), int(errs))
+for (keys, c), runs in sorted(cells.items()):
+    for target in ("noop", "local", "redis"):
+        got = [run[target] for run in runs.values() if target in run]
+        if not got:
+            continue
+        med = lambda i: statistics.median(g[i] for g in got)
+        ratio = lambda i: statistics.median(run[target][i] / run["noop"][i] for run in runs.values() if target in run and run["noop"][i])
+        print(f"| {keys} | {c} | {target} | {med(0):.0f} | {ratio(0):.2f} | {med(1):.0f} | {med(2):.0f} | {med(3):.2f} | {ratio(3):.2f} | {sum(g[4] for g in got)} |")
+EOF
 
 if [ -n "$redis" ]; then
   echo
