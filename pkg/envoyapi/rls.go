@@ -9,6 +9,8 @@ import (
 	rlcommonv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	ratelimitv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 
+	"go.opentelemetry.io/otel/trace"
+
 	"github.com/ratelimit-svc/ratelimit-svc/pkg/limiter"
 	"github.com/ratelimit-svc/ratelimit-svc/pkg/policy"
 )
@@ -81,7 +83,42 @@ func (s *RLS) ShouldRateLimit(ctx context.Context, req *ratelimitv3.RateLimitReq
 		label = "_unknown" // bounded label set: clients choose domains
 	}
 	s.record(label, b, resp)
+	s.logDenials(ctx, req.Domain, b)
 	return resp, nil
+}
+
+// logDenials logs the descriptors a limit refused, with the request's
+// fields: shadow-mode denials at info (shadow mode exists to be watched),
+// enforced ones at debug (metrics count them; a log line per 429 would
+// flood). The trace id ties a line to its span when tracing is on.
+func (s *RLS) logDenials(ctx context.Context, domain string, b *batch) {
+	for i := range b.plans {
+		p := &b.plans[i]
+		if p.kind != limited || b.results[p.batchIdx].Allowed || p.op == limiter.Refund {
+			continue
+		}
+		shadow := b.reqs[p.batchIdx].Shadow
+		level := slog.LevelDebug
+		if shadow {
+			level = slog.LevelInfo
+		}
+		if !s.log.Enabled(ctx, level) {
+			continue
+		}
+		r := b.results[p.batchIdx]
+		attrs := []slog.Attr{
+			slog.String("domain", domain), slog.Int("descriptor", i), slog.String("key", string(p.key)),
+			slog.Bool("shadow", shadow), slog.Uint64("hits", p.hits), slog.Uint64("limit", r.Limit),
+			slog.Duration("retry_after", r.RetryAfter), slog.String("mode", r.Mode.String()),
+		}
+		if p.limit != nil && p.limit.Name != "" {
+			attrs = append(attrs, slog.String("limit_name", p.limit.Name))
+		}
+		if sc := trace.SpanContextFromContext(ctx); sc.HasTraceID() {
+			attrs = append(attrs, slog.String("trace_id", sc.TraceID().String()))
+		}
+		s.log.LogAttrs(ctx, level, "over limit", attrs...)
+	}
 }
 
 // hitsFor returns the units a descriptor spends and what it does with them:

@@ -2,9 +2,12 @@ package envoyapi_test
 
 import (
 	"context"
+	"encoding/json"
+	"log/slog"
 	"math"
 	"net"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -346,4 +349,39 @@ func TestZeroRequestsPerUnitBans(t *testing.T) {
 	if st.Code != over || st.LimitRemaining != 0 || st.DurationUntilReset.AsDuration() < time.Second {
 		t.Fatalf("%v", st)
 	}
+}
+
+func TestShadowDenialsAreLogged(t *testing.T) {
+	var buf syncBuffer
+	r := newRig(t, envoyapi.WithLogger(slog.New(slog.NewJSONHandler(&buf, nil))))
+	for range 3 {
+		r.call("api", 0, desc("path", "/x"))
+	}
+	var line map[string]any
+	if err := json.Unmarshal([]byte(strings.SplitN(buf.String(), "\n", 2)[0]), &line); err != nil {
+		t.Fatalf("no log line for a shadow denial: %q", buf.String())
+	}
+	if line["msg"] != "over limit" || line["shadow"] != true || line["domain"] != "api" || !strings.Contains(line["key"].(string), "path=/x") {
+		t.Fatalf("log line %v", line)
+	}
+	if n := strings.Count(buf.String(), "\n"); n != 2 {
+		t.Fatalf("%d lines for 2 shadow denials:\n%s", n, buf.String())
+	}
+}
+
+type syncBuffer struct {
+	mu sync.Mutex
+	b  strings.Builder
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
 }
