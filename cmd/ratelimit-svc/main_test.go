@@ -247,8 +247,12 @@ func TestReplicasShareOneLimitThroughRedis(t *testing.T) {
 		t.Fatal(err)
 	}
 	var clients []ratelimitv3.RateLimitServiceClient
+	var first *service
 	for i := range 2 {
 		s := start(t, dir, "--redis-url", "redis://"+rd.Addr, "--replica-id", strconv.Itoa(i))
+		if first == nil {
+			first = s
+		}
 		conn, err := grpc.NewClient(s.grpcAddr, grpc.WithTransportCredentials(insecure.NewCredentials()))
 		if err != nil {
 			t.Fatal(err)
@@ -273,6 +277,22 @@ func TestReplicasShareOneLimitThroughRedis(t *testing.T) {
 		t.Fatalf("two replicas admitted %d of a shared 30/hour", admitted)
 	}
 	t.Logf("admitted %d of 30 across two replicas", admitted)
+	metrics := get(t, "http://"+first.httpAddr+"/metrics")
+	for _, want := range []string{`ratelimit_sync_duration_seconds_bucket{call="sync",result="ok"`, `ratelimit_replicas `} {
+		if !strings.Contains(metrics, want) {
+			t.Errorf("metrics lack %s:\n%s", want, grepLines(metrics, "ratelimit_"))
+		}
+	}
+}
+
+func grepLines(s, sub string) string {
+	var out []string
+	for _, l := range strings.Split(s, "\n") {
+		if strings.Contains(l, sub) {
+			out = append(out, l)
+		}
+	}
+	return strings.Join(out, "\n")
 }
 
 // TestTracingRecordsRPCSpans: with tracing on, each gRPC call is a span.

@@ -35,7 +35,8 @@ func wire(cfg config, log *slog.Logger, tel *telemetry, tr *tracing, headers env
 		return nil, fmt.Errorf("loading policies from %s: %w", cfg.ConfigPath, err)
 	}
 	a.pol = pol
-	limOpts := []limiter.Option{limiter.WithLogger(log.With("component", "limiter"))}
+	limOpts := []limiter.Option{limiter.WithLogger(log.With("component", "limiter")),
+		limiter.WithMeterProvider(tel.provider)}
 	if cfg.RedisURL != "" {
 		client, err := newRedisClient(cfg.RedisURL)
 		if err != nil {

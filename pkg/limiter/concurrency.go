@@ -122,7 +122,10 @@ func (l *Limiter) publishSlots(ctx context.Context, keys []*slots, want uint64, 
 	}
 	out := make([]SlotResult, len(items))
 	now := l.clock.Now().UnixNano()
-	if err := l.store.SyncSlots(ctx, l.replica, items, out); err != nil {
+	start := time.Now()
+	err := l.store.SyncSlots(ctx, l.replica, items, out)
+	l.observe(ctx, callSlots, start, err)
+	if err != nil {
 		return err
 	}
 	l.lastOK.Store(l.clock.Now().UnixNano())

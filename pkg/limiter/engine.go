@@ -1,9 +1,13 @@
 package limiter
 
 import (
+	"context"
 	"math"
 	"sync/atomic"
 	"time"
+
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/metric"
 )
 
 // Mode says how a decision was made, for metrics.
@@ -66,6 +70,53 @@ func (l *Limiter) Stats() Stats {
 		s.Degraded = l.degraded(&Rule{}, l.clock.Now().UnixNano())
 	}
 	return s
+}
+
+// Store calls, the "call" label of ratelimit_sync_duration_seconds.
+const (
+	callSync      = "sync"
+	callSlots     = "slots"
+	callHeartbeat = "heartbeat"
+)
+
+// syncMetrics records store round trips; the zero value records nothing.
+type syncMetrics struct {
+	duration metric.Float64Histogram
+	opts     map[[2]string]metric.RecordOption
+}
+
+// WithMeterProvider records store round-trip latency
+// (ratelimit_sync_duration_seconds by call and result) through mp.
+func WithMeterProvider(mp metric.MeterProvider) Option {
+	return func(l *Limiter) {
+		h, err := mp.Meter("github.com/ratelimit-svc/ratelimit-svc/pkg/limiter").Float64Histogram(
+			"ratelimit_sync_duration", metric.WithUnit("s"),
+			metric.WithDescription("Store round trips of the sync loop, by call (sync, slots, heartbeat) and result."),
+			metric.WithExplicitBucketBoundaries(.0001, .00025, .0005, .001, .0025, .005, .01, .025, .05, .1, .25, 1))
+		if err != nil {
+			return
+		}
+		m := syncMetrics{duration: h, opts: map[[2]string]metric.RecordOption{}}
+		for _, call := range []string{callSync, callSlots, callHeartbeat} {
+			for _, result := range []string{"ok", "error"} {
+				m.opts[[2]string{call, result}] = metric.WithAttributeSet(attribute.NewSet(
+					attribute.String("call", call), attribute.String("result", result)))
+			}
+		}
+		l.metrics = m
+	}
+}
+
+// observe records one store call that began at start.
+func (l *Limiter) observe(ctx context.Context, call string, start time.Time, err error) {
+	if l.metrics.duration == nil {
+		return
+	}
+	result := "ok"
+	if err != nil {
+		result = "error"
+	}
+	l.metrics.duration.Record(ctx, time.Since(start).Seconds(), l.metrics.opts[[2]string{call, result}])
 }
 
 // Shared reports whether the limiter syncs rules through a store.

@@ -90,6 +90,7 @@ type Limiter struct {
 	pending    []*creditState // keys that asked for a sync since the last round
 	lastScan   int64          // local ns of the last full scan (sync loop only)
 	stats      stats
+	metrics    syncMetrics
 }
 
 // Option configures a Limiter.

@@ -69,7 +69,9 @@ func (l *Limiter) heartbeat(ctx context.Context) {
 	ctx, cancel := context.WithTimeout(ctx, roundTimeout)
 	defer cancel()
 	sent := l.clock.Now().UnixNano()
+	start := time.Now()
 	m, err := l.store.Heartbeat(ctx, l.replica, lease)
+	l.observe(ctx, callHeartbeat, start, err)
 	if err != nil {
 		l.storeFailed(err)
 		return
@@ -125,7 +127,9 @@ func (l *Limiter) SyncRound(ctx context.Context) {
 	rctx, cancel := context.WithTimeout(ctx, roundTimeout)
 	defer cancel()
 	l.stats.rounds.Add(1)
+	start := time.Now()
 	err := l.store.Sync(rctx, l.replica, items, out)
+	l.observe(ctx, callSync, start, err)
 	if err != nil {
 		l.storeFailed(err)
 		for i, cs := range due {
