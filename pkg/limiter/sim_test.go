@@ -544,3 +544,32 @@ func TestSimLateHitsKeepTheirWindow(t *testing.T) {
 		}
 	})
 }
+
+// TestSimOutagePayback: what is admitted while the store is down (fail-
+// static, ⌈L/N⌉ per replica) is pushed on recovery and paid back, so the
+// outage and the windows after it together admit at most their limit plus
+// the rounding of N shares.
+func TestSimOutagePayback(t *testing.T) {
+	for _, alg := range []limiter.Algorithm{limiter.FixedWindow, limiter.SlidingWindow} {
+		st := &switchStore{Store: memstore.New(nil)}
+		rule := perSecond(50)
+		rule.Algorithm = alg
+		pace := time.Second * 16 / 250 // 5×
+		r := sim{rule: rule, replicas: 4, callers: 4, store: st, duration: 12 * time.Second,
+			pace: func(int) time.Duration { return pace },
+			during: func(r *simRun) {
+				time.Sleep(2 * time.Second)
+				st.down.Store(true)
+				time.Sleep(3 * time.Second)
+				st.down.Store(false)
+			}}.run(t)
+		var total uint64
+		for sec := int64(2); sec < 12; sec++ {
+			total += r.admitted[sec]
+		}
+		t.Logf("%v: admitted per second %v; seconds 2–11: %d", alg, seconds(r.admitted, 12), total)
+		if total > 10*50+4 {
+			t.Errorf("%v: the outage and the windows after it admitted %d > 10·L + N", alg, total)
+		}
+	}
+}
