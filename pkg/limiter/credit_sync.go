@@ -1,0 +1,190 @@
+package limiter
+
+import (
+	"math"
+	"time"
+)
+
+// The per-key half of a sync round: what a key sends, and what it does
+// with the store's answer.
+
+// boundaryLead is how close to a window boundary the hits admitted so far
+// are set aside: within one tick, plus a margin.
+const boundaryLead = tick + 2*time.Millisecond
+
+// needsSync: a key with nothing to push, no credit and no waiters has
+// nothing to say to the store. cs.mu must be held.
+func (cs *creditState) needsSync() bool {
+	return cs.hits.Load() != 0 || len(cs.late) > 0 || cs.credit.Load() > 0 || len(cs.waiters) > 0 ||
+		cs.kicked.Load() || cs.view.Load() == nil
+}
+
+// prepare takes the key's pending hits and builds its item.
+func (l *Limiter) prepare(cs *creditState, now int64) SyncItem {
+	cs.mu.Lock()
+	defer cs.mu.Unlock()
+	cs.inflight, cs.sentAt, cs.asked, cs.collected = true, now, cs.waiting, false
+	cs.kicked.Store(false)
+	h := cs.hits.Swap(0)
+	cs.unused = max(cs.credit.Load(), 0)
+	it := SyncItem{
+		Key: cs.key, Algorithm: cs.rule.Algorithm, Windows: cs.rule.Windows,
+		Unused: uint64(cs.unused), Want: cs.want(now, h), Waiting: cs.waiting,
+		Share: cs.rule.Tuning.share(), Replicas: int(l.replicas.Load()), Lease: lease,
+	}
+	if now-cs.lastUse.Load() > int64(quietInterval) && len(cs.waiters) == 0 {
+		it.Unused, it.Want = 0, 0 // idle: hand the reservation back
+		cs.unused = cs.credit.Load()
+	}
+	it.Hits = cs.late
+	cs.late = nil
+	if h != 0 {
+		it.Hits = append(it.Hits, Hit{At: l.storeNow(now), N: h})
+	}
+	return it
+}
+
+// want sizes the credit to ask for from the key's rate until its next
+// regular sync (one sync interval when busy, a second when quiet), doubled,
+// at least what waiters need.
+func (cs *creditState) want(now, pushed int64) uint64 {
+	if cs.lastSync > 0 && now > cs.lastSync {
+		sample := float64(max(pushed, 0)) / (float64(now-cs.lastSync) / 1e9)
+		cs.rate = (cs.rate + sample) / 2
+	}
+	horizon := quietInterval.Seconds()
+	if cs.busy {
+		horizon = cs.rule.Tuning.syncInterval().Seconds()
+	}
+	w := uint64(math.Ceil(cs.rate * horizon * 2))
+	w = max(w, cs.waiting, 1)
+	return min(w, minCapacity(cs.rule))
+}
+
+// abort puts back what a failed round took. The hits go back to the
+// counter: pushed after recovery they charge the window of that moment,
+// which is how an outage's admits are paid back.
+func (cs *creditState) abort(it SyncItem) {
+	cs.mu.Lock()
+	defer cs.mu.Unlock()
+	for _, h := range it.Hits {
+		cs.hits.Add(h.N)
+	}
+	cs.inflight = false
+}
+
+// apply installs a store reply: the credit (minus what was admitted while
+// the round was in flight), the view, the waiters served, the next due
+// time and, for an exhausted key, a local denial window.
+func (l *Limiter) apply(cs *creditState, r *SyncResult) {
+	cs.mu.Lock()
+	defer cs.mu.Unlock()
+	now := l.clock.Now().UnixNano()
+	cs.credit.Add(int64(r.Credit) - cs.unused)
+	cs.grant.Store(int64(r.Credit))
+	cs.backedTo.Store(cs.sentAt + int64(lease) - int64(cs.rule.Tuning.syncInterval()))
+	cs.view.Store(&storeView{windows: r.Windows, others: r.Others})
+	cs.inflight, cs.lastSync = false, now
+	cs.serveWaiters()
+	cs.refreshOverrun(l, now)
+	cs.busy = len(cs.waiters) > 0 || cs.halfUsed(l.storeNow(now))
+	interval := quietInterval
+	if cs.busy {
+		interval = cs.rule.Tuning.syncInterval()
+	}
+	cs.nextSync = now + int64(interval)
+	if len(cs.waiters) > 0 {
+		cs.settleWaiters(l, now)
+	}
+	if cs.kicked.Load() || len(cs.waiters) > 0 {
+		l.enqueue(cs) // asked again while the round was in flight
+	}
+}
+
+// refreshOverrun sets the overrun budget from the new view: a fresh share
+// in a new window, never more than what is left of the window's share
+// within one, since overruns not yet pushed are missing from every view.
+// cs.mu must be held.
+func (cs *creditState) refreshOverrun(l *Limiter, now int64) {
+	share := cs.overrunShare(l, now)
+	snow := l.storeNow(now)
+	epoch := snow / int64(cs.ws[0].Period)
+	if epoch == cs.overrunEpoch {
+		share = min(share, cs.overrunLeft.Load())
+	}
+	cs.overrunEpoch = epoch
+	cs.overrunLeft.Store(share)
+}
+
+// overrunShare is this replica's share (1/N) of what the view leaves free
+// after the other replicas' reservations, the hits not yet pushed and its
+// own credit. cs.mu must be held.
+func (cs *creditState) overrunShare(l *Limiter, now int64) int64 {
+	v := cs.view.Load()
+	snow := l.storeNow(now)
+	free := uint64(math.MaxUint64)
+	for i, w := range cs.ws {
+		free = min(free, satSub(v.windows[i].Remaining(w, cs.rule.Algorithm, snow), v.others))
+	}
+	held := max(cs.hits.Load(), 0) + max(cs.credit.Load(), 0)
+	return max(int64(min(free, math.MaxInt64/2))-held, 0) / max(l.replicas.Load(), 1)
+}
+
+// halfUsed reports whether a window of the view is over half used.
+func (cs *creditState) halfUsed(snow int64) bool {
+	v := cs.view.Load()
+	for i, w := range cs.ws {
+		c := v.windows[i]
+		if 2*satSub(w.Capacity(cs.rule.Algorithm), c.Remaining(w, cs.rule.Algorithm, snow)) > w.Capacity(cs.rule.Algorithm) {
+			return true
+		}
+	}
+	return false
+}
+
+// settleWaiters handles the waiters a sync could not serve: those the view
+// says cannot fit now are denied at once; if not even one unit fits and no
+// credit is left, the key denies locally until it would (at most one sync
+// interval); those that may still fit ask for another round. cs.mu must be
+// held.
+func (cs *creditState) settleWaiters(l *Limiter, now int64) {
+	snow := l.storeNow(now)
+	kept := cs.waiters[:0]
+	for _, w := range cs.waiters {
+		if cs.viewWait(snow, w.n) > 0 {
+			cs.waiting -= uint64(w.n)
+			w.done <- false
+			continue
+		}
+		kept = append(kept, w)
+	}
+	clear(cs.waiters[len(kept):])
+	cs.waiters = kept
+	if wait := cs.viewWait(snow, 1); wait > 0 && cs.credit.Load() <= 0 {
+		cs.deniedTo.Store(now + int64(min(wait, cs.rule.Tuning.syncInterval())))
+	}
+	if len(cs.waiters) > 0 {
+		cs.kicked.Store(true)
+		l.kick()
+	}
+}
+
+// snapshotBoundary sets the unpushed hits aside, stamped with now, when the
+// key's shortest window ends within boundaryLead, so the round after the
+// boundary charges them to the window they were admitted in rather than
+// starving the new one. cs.mu must be held.
+func (cs *creditState) snapshotBoundary(snow int64) {
+	if cs.hits.Load() == 0 {
+		return
+	}
+	p := int64(cs.ws[0].Period)
+	for _, w := range cs.ws[1:] {
+		p = min(p, int64(w.Period))
+	}
+	if (snow/p+1)*p-snow > int64(boundaryLead/time.Microsecond) {
+		return
+	}
+	if h := cs.hits.Swap(0); h != 0 {
+		cs.late = append(cs.late, Hit{At: snow, N: h}) // rides the next round
+	}
+}
