@@ -1,24 +1,42 @@
 // Package limiter decides whether a unit of work for a key may proceed under
 // a Rule of one or more windows (fixed window, sliding window or token
-// bucket), and tells the caller what to put in rate-limit headers.
+// bucket), and tells the caller what to put in rate-limit headers. It also
+// caps concurrent holders per key (Acquire/Release).
 //
 // Model. State is kept per key; every window of the key's Rule must admit a
 // request for it to be admitted. The window maths are pure functions of
-// (state, now, n) in window.go; a Limiter reads its Clock once per call and
-// passes the instant down. Windows are aligned to the Unix epoch. A denied
-// request charges nothing unless its Rule sets AlwaysCharge, and a batch of
-// requests passed to one Decide call is admitted or denied as a whole.
+// (state, now, n) on WindowState; a Limiter reads its Clock once per call
+// and passes the instant down. Windows are aligned to the Unix epoch. A
+// denied request charges nothing unless its Rule sets AlwaysCharge, and a
+// batch of requests passed to one Decide call is admitted or denied as a
+// whole.
 //
-// Retry-After. A denial carries the exact time until every window admits
-// the request's units again; a retry at that instant is admitted unless
-// other traffic spent the budget first. It never undershoots.
+// Two engines. Built with New alone, a Limiter is local-only: each process
+// enforces every Rule in full. Built WithStore, rules whose LocalAllowance
+// is below 1 are shared by every replica using the same Store (Redis, or
+// the in-process reference store): a replica admits from local credit, an
+// atomic add and a compare with no lock and no I/O, and a background loop
+// (Run) syncs due keys with the store in one batched round trip, pushing
+// the hits admitted and asking for more credit. The store grants credit
+// only from the budget no replica has reserved (KeyRecord.Sync), so while
+// the store is healthy the replicas together never admit more than the
+// limit. A request that finds no credit waits for a round at most the
+// rule's StoreTimeout; past it, it is decided on the last view of the
+// store, within this replica's share of what that view left free. When the
+// store has been unreachable for the rule's CacheTTL, each replica enforces
+// ⌈L/N⌉ (or admits all, FailOpen) and pushes its admits on recovery.
+//
+// Retry-After. A denial carries the time until every window admits the
+// request's units again; a retry at that instant is admitted unless other
+// traffic spent the budget first. It never undershoots.
 //
 // Memory. Keys whose state has returned to "fresh" (their windows passed,
-// their bucket refilled) are evicted by Run, so memory is bounded by the keys
-// active within their windows, not by every key ever seen.
+// their bucket refilled, no credit held) are evicted by Run, so memory is
+// bounded by the keys active within their windows, not by every key seen.
 //
 // Concurrency. A Limiter is safe for concurrent use. Keys live in a sharded
-// table: a lookup takes a shard's read lock, a decision takes its key's own
-// lock, and no lock is shared by all keys. The zero Limiter is not usable;
-// build one with New.
+// table: a lookup takes a shard's read lock, a local decision takes its
+// key's own lock, a credit decision only atomics; no lock is shared by all
+// keys. The zero Limiter is not usable; build one with New. Run owns the
+// only goroutines a Limiter starts and returns once they have stopped.
 package limiter
