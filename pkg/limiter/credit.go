@@ -16,11 +16,12 @@ type creditState struct {
 	backedTo atomic.Int64 // local ns until which the reservation backs credit
 	deniedTo atomic.Int64 // local ns until which an exhausted key denies locally
 	grant    atomic.Int64 // the last reservation, for early sync at half credit
-	// overrunLeft is this replica's share of the budget the last view left
-	// free: what timed-out waiters may still be admitted on that view.
-	overrunLeft atomic.Int64
-	kicked      atomic.Bool  // a sync was asked for
-	lastUse     atomic.Int64 // local ns of the last decision
+	// reserve is the part of the credit the hot path leaves to waiters
+	// whose sync round is late: they are still admitted from this
+	// replica's reservation.
+	reserve atomic.Int64
+	kicked  atomic.Bool  // a sync was asked for
+	lastUse atomic.Int64 // local ns of the last decision
 
 	view atomic.Pointer[storeView] // the store's state after the last sync; nil: cold
 
@@ -34,15 +35,13 @@ type creditState struct {
 	inflight  bool
 	collected bool  // listed for the round being built
 	late      []Hit // hits snapshotted just before a window boundary
-	// overrunEpoch is the window (of the first period) overrunLeft was set in.
-	overrunEpoch int64
-	unused       int64 // credit when the in-flight sync was sent
-	sentAt       int64 // local ns the in-flight sync was sent
-	lastSync     int64 // local ns of the last completed sync
-	nextSync     int64 // local ns when the key is next due
-	rate         float64
-	busy         bool
-	fallback     []WindowState // local windows while degraded (fail-static)
+	unused    int64 // credit when the in-flight sync was sent
+	sentAt    int64 // local ns the in-flight sync was sent
+	lastSync  int64 // local ns of the last completed sync
+	nextSync  int64 // local ns when the key is next due
+	rate      float64
+	busy      bool
+	fallback  []WindowState // local windows while degraded (fail-static)
 }
 
 // storeView is the store's answer to a key's last sync, immutable once
@@ -94,7 +93,7 @@ func (l *Limiter) creditDecide(cs *creditState, r *Request, hits uint64, now int
 		return l.viewResult(cs, now, false, wait, n)
 	}
 	if now < cs.backedTo.Load() {
-		if c := cs.credit.Add(-n); c >= 0 {
+		if c := cs.credit.Add(-n); c >= cs.reserve.Load() {
 			cs.hits.Add(n)
 			if 2*c < cs.grant.Load() && cs.kicked.CompareAndSwap(false, true) {
 				// Early sync at half credit: due at the next tick, batched
@@ -115,8 +114,9 @@ func undoCredit(cs *creditState, n int64) {
 }
 
 // wait registers a request that found no credit, asks for a sync and waits
-// at most the rule's StoreTimeout. Past it the request is decided on the
-// last view (an overrun) unless a window is certainly full.
+// at most the rule's StoreTimeout. Past it the request is an overrun: it is
+// admitted from the credit the hot path holds back (a quarter of the last
+// grant), which the reservation covers, or denied.
 func (l *Limiter) wait(cs *creditState, rule *Rule, n int64, now int64) Result {
 	w := &waiter{n: n, done: make(chan bool, 1)}
 	cold := cs.view.Load() == nil
@@ -138,22 +138,23 @@ func (l *Limiter) wait(cs *creditState, rule *Rule, n int64, now int64) Result {
 	if ok, served := cs.dropWaiter(w); served {
 		return l.afterWait(cs, ok, n, cold)
 	}
+	// The round is late (a slow store). The credit held back for this
+	// case pays, so the admit is still covered by this replica's
+	// reservation; without it the request is denied rather than decided
+	// on a view every other replica may be spending too.
 	now = l.clock.Now().UnixNano()
-	ok, wait := l.viewAdmits(cs, now, n)
-	if ok && !l.storeHealthy() {
-		// The store is failing, not slow: the view goes stale with every
-		// admit elsewhere, so deny until credit or degraded mode decides.
-		ok, wait = false, rule.Tuning.syncInterval()
+	ok, wait := false, time.Duration(0)
+	if now < cs.backedTo.Load() {
+		if ok = cs.credit.Add(-n) >= 0; ok {
+			cs.hits.Add(n)
+			l.count(ModeOverrun)
+		} else {
+			cs.credit.Add(n)
+		}
 	}
-	if ok && cs.overrunLeft.Add(-n) < 0 {
-		// Every replica may overrun on the same view: each spends at most
-		// its share of the budget the view left free.
-		cs.overrunLeft.Add(n)
-		ok, wait = false, rule.Tuning.syncInterval()
-	}
-	if ok {
-		cs.hits.Add(n)
-		l.count(ModeOverrun)
+	if !ok {
+		_, wait = l.viewAdmits(cs, now, n)
+		wait = max(wait, rule.Tuning.syncInterval())
 	}
 	res := l.viewResult(cs, now, ok, wait, n)
 	res.Mode = ModeOverrun

@@ -8,6 +8,10 @@ import (
 // The per-key half of a sync round: what a key sends, and what it does
 // with the store's answer.
 
+// reserveShare: a quarter of each grant is held back for waiters whose
+// round runs past their StoreTimeout.
+const reserveShare = 4
+
 // boundaryLead is how close to a window boundary the hits admitted so far
 // are set aside: within one tick, plus a margin.
 const boundaryLead = tick + 2*time.Millisecond
@@ -82,11 +86,11 @@ func (l *Limiter) apply(cs *creditState, r *SyncResult) {
 	now := l.clock.Now().UnixNano()
 	cs.credit.Add(int64(r.Credit) - cs.unused)
 	cs.grant.Store(int64(r.Credit))
+	cs.reserve.Store(int64(r.Credit) / reserveShare)
 	cs.backedTo.Store(cs.sentAt + int64(lease) - int64(cs.rule.Tuning.syncInterval()))
 	cs.view.Store(&storeView{windows: r.Windows, others: r.Others})
 	cs.inflight, cs.lastSync = false, now
 	cs.serveWaiters()
-	cs.refreshOverrun(l, now)
 	cs.busy = len(cs.waiters) > 0 || cs.halfUsed(l.storeNow(now))
 	interval := quietInterval
 	if cs.busy {
@@ -99,35 +103,6 @@ func (l *Limiter) apply(cs *creditState, r *SyncResult) {
 	if cs.kicked.Load() || len(cs.waiters) > 0 {
 		l.enqueue(cs) // asked again while the round was in flight
 	}
-}
-
-// refreshOverrun sets the overrun budget from the new view: a fresh share
-// in a new window, never more than what is left of the window's share
-// within one, since overruns not yet pushed are missing from every view.
-// cs.mu must be held.
-func (cs *creditState) refreshOverrun(l *Limiter, now int64) {
-	share := cs.overrunShare(l, now)
-	snow := l.storeNow(now)
-	epoch := snow / int64(cs.ws[0].Period)
-	if epoch == cs.overrunEpoch {
-		share = min(share, cs.overrunLeft.Load())
-	}
-	cs.overrunEpoch = epoch
-	cs.overrunLeft.Store(share)
-}
-
-// overrunShare is this replica's share (1/N) of what the view leaves free
-// after the other replicas' reservations, the hits not yet pushed and its
-// own credit. cs.mu must be held.
-func (cs *creditState) overrunShare(l *Limiter, now int64) int64 {
-	v := cs.view.Load()
-	snow := l.storeNow(now)
-	free := uint64(math.MaxUint64)
-	for i, w := range cs.ws {
-		free = min(free, satSub(v.windows[i].Remaining(w, cs.rule.Algorithm, snow), v.others))
-	}
-	held := max(cs.hits.Load(), 0) + max(cs.credit.Load(), 0)
-	return max(int64(min(free, math.MaxInt64/2))-held, 0) / max(l.replicas.Load(), 1)
 }
 
 // halfUsed reports whether a window of the view is over half used.

@@ -21,8 +21,9 @@
 // only from the budget no replica has reserved (KeyRecord.Sync), so while
 // the store is healthy the replicas together never admit more than the
 // limit. A request that finds no credit waits for a round at most the
-// rule's StoreTimeout; past it, it is decided on the last view of the
-// store, within this replica's share of what that view left free. When the
+// rule's StoreTimeout; past it, it is admitted from the quarter of the
+// credit the hot path holds back for late rounds (still covered by the
+// reservation), or denied. When the
 // store has been unreachable for the rule's CacheTTL, each replica enforces
 // ⌈L/N⌉ (or admits all, FailOpen) and pushes its admits on recovery.
 //

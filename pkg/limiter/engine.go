@@ -18,7 +18,7 @@ const (
 	ModeLocal    Mode = iota // in process: from credit, or a local-only rule
 	ModeSync                 // after waiting for a sync round
 	ModeCold                 // after the key's first sync
-	ModeOverrun              // the store was slow: decided on the last view
+	ModeOverrun              // the store was slow: admitted from held-back credit
 	ModeDegraded             // the store is unreachable: fail-static or fail-open
 	modeCount
 )

@@ -526,18 +526,11 @@ func TestRealtimeSlowRedis(t *testing.T) {
 	t.Logf("admissions over the limit of %d per second: %d (worst: %s)", rtLimit, excess, where)
 }
 
-// TestRealtimeSlowRedisLimit: the limit should hold per window with Redis
-// 80 ms away too. It does not: see the skip message. Set
-// RLS_KNOWN_BUGS=1 to run it.
+// TestRealtimeSlowRedisLimit: the limit holds per window with Redis 80 ms
+// away too: a waiter whose round is late is admitted only from the credit
+// its replica holds back, which the replica's reservation covers.
 func TestRealtimeSlowRedisLimit(t *testing.T) {
 	rtSkipShort(t)
-	if os.Getenv("RLS_KNOWN_BUGS") != "1" {
-		t.Skip("known limit: overrun admissions can exceed the limit under a slow store. A waiter that times " +
-			"out is admitted on its replica's last view, within that replica's share (1/N) of what the view " +
-			"left free, at most once per window; but the store keeps granting credit from the same free budget " +
-			"until the overruns are pushed one round trip later (Redis 80 ms away, 4×4 callers at 5× of 50/s: " +
-			"about 64 admitted in the first second, then 50–54). Set RLS_KNOWN_BUGS=1 to run.")
-	}
 	const seconds = 5
 	calls, from := rtSlowRun(t, seconds)
 	if excess, where := rtOverLimit(calls, 0, rtLimit, from, from+seconds); excess > 0 {
