@@ -16,6 +16,24 @@ const reserveShare = 4
 // are set aside: within one tick, plus a margin.
 const boundaryLead = tick + 2*time.Millisecond
 
+// starvedInNewWindow reports a key whose view predates the current window
+// of its shortest period while it holds less than half its last grant: the
+// old window's tight budget left it short, and the new window has room, so
+// it syncs now rather than make its next request wait. cs.mu must be held.
+func (cs *creditState) starvedInNewWindow(snow int64) bool {
+	v := cs.view.Load()
+	if v == nil || cs.rule.Algorithm == TokenBucket {
+		return false
+	}
+	i := 0
+	for j, w := range cs.ws {
+		if w.Period < cs.ws[i].Period {
+			i = j
+		}
+	}
+	return v.windows[i].Epoch < snow/int64(cs.ws[i].Period) && 2*cs.credit.Load() < max(cs.grant.Load(), 1)
+}
+
 // needsSync: a key with nothing to push, no credit and no waiters has
 // nothing to say to the store. cs.mu must be held.
 func (cs *creditState) needsSync() bool {

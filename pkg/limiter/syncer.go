@@ -144,11 +144,14 @@ func (l *Limiter) SyncRound(ctx context.Context) {
 }
 
 // fullScanDue reports whether this round looks at every key: every
-// fullScanEvery, and on the tick before each whole second, where every
-// window boundary falls, to set aside the hits admitted before it.
+// fullScanEvery, on the tick before each whole second, where every window
+// boundary falls, to set aside the hits admitted before it, and on the
+// first tick after it, to refill keys the old window left without credit.
 func (l *Limiter) fullScanDue(now int64) bool {
 	lead := int64(boundaryLead / time.Microsecond)
-	if now-l.lastScan < int64(fullScanEvery) && l.storeNow(now)%1e6 < 1e6-lead {
+	snow := l.storeNow(now)
+	newSecond := snow/1e6 != l.storeNow(l.lastScan)/1e6
+	if now-l.lastScan < int64(fullScanEvery) && snow%1e6 < 1e6-lead && !newSecond {
 		return false
 	}
 	l.lastScan = now
@@ -192,7 +195,8 @@ func (l *Limiter) scanDue(now int64) []*creditState {
 		if cs.inflight {
 			return
 		}
-		if !cs.needsSync() {
+		starved := cs.starvedInNewWindow(snow) && now-cs.lastUse.Load() < int64(quietInterval)
+		if !cs.needsSync() && !starved {
 			if idle := now - cs.lastUse.Load(); idle > 2*int64(maxPeriod(cs.rule)) {
 				e.fresh.Store(now) // nothing held, nothing owed: evictable
 			}
@@ -201,7 +205,7 @@ func (l *Limiter) scanDue(now int64) []*creditState {
 		e.fresh.Store(math.MaxInt64)
 		interval := cs.nextSync - cs.lastSync
 		switch {
-		case cs.kicked.Load() || len(cs.waiters) > 0 || now >= cs.nextSync:
+		case cs.kicked.Load() || len(cs.waiters) > 0 || now >= cs.nextSync || starved:
 			cs.collected = true
 			due = append(due, cs)
 		case now >= cs.nextSync-interval/10:
