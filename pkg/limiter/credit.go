@@ -20,8 +20,12 @@ type creditState struct {
 	// whose sync round is late: they are still admitted from this
 	// replica's reservation.
 	reserve atomic.Int64
-	kicked  atomic.Bool  // a sync was asked for
-	lastUse atomic.Int64 // local ns of the last decision
+	// overrunLeft is this replica's share of the budget the last view left
+	// free: what timed-out waiters may be admitted on that view when the
+	// store is usually fast and only this round was late.
+	overrunLeft atomic.Int64
+	kicked      atomic.Bool  // a sync was asked for
+	lastUse     atomic.Int64 // local ns of the last decision
 
 	view atomic.Pointer[storeView] // the store's state after the last sync; nil: cold
 
@@ -35,13 +39,15 @@ type creditState struct {
 	inflight  bool
 	collected bool  // listed for the round being built
 	late      []Hit // hits snapshotted just before a window boundary
-	unused    int64 // credit when the in-flight sync was sent
-	sentAt    int64 // local ns the in-flight sync was sent
-	lastSync  int64 // local ns of the last completed sync
-	nextSync  int64 // local ns when the key is next due
-	rate      float64
-	busy      bool
-	fallback  []WindowState // local windows while degraded (fail-static)
+	// overrunEpoch is the window (of the first period) overrunLeft was set in.
+	overrunEpoch int64
+	unused       int64 // credit when the in-flight sync was sent
+	sentAt       int64 // local ns the in-flight sync was sent
+	lastSync     int64 // local ns of the last completed sync
+	nextSync     int64 // local ns when the key is next due
+	rate         float64
+	busy         bool
+	fallback     []WindowState // local windows while degraded (fail-static)
 }
 
 // storeView is the store's answer to a key's last sync, immutable once
@@ -116,7 +122,9 @@ func undoCredit(cs *creditState, n int64) {
 // wait registers a request that found no credit, asks for a sync and waits
 // at most the rule's StoreTimeout. Past it the request is an overrun: it is
 // admitted from the credit the hot path holds back (a quarter of the last
-// grant), which the reservation covers, or denied.
+// grant), which the reservation covers; failing that, while the store is
+// usually fast, on the last view within this replica's share of it; else
+// it is denied.
 func (l *Limiter) wait(cs *creditState, rule *Rule, n int64, now int64) Result {
 	w := &waiter{n: n, done: make(chan bool, 1)}
 	cold := cs.view.Load() == nil
@@ -153,12 +161,35 @@ func (l *Limiter) wait(cs *creditState, rule *Rule, n int64, now int64) Result {
 		}
 	}
 	if !ok {
-		_, wait = l.viewAdmits(cs, now, n)
-		wait = max(wait, rule.Tuning.syncInterval())
+		ok, wait = l.viewAdmits(cs, now, n)
+		if ok = ok && l.overrunOnView(cs, rule, n); ok {
+			cs.hits.Add(n)
+			l.count(ModeOverrun)
+		} else {
+			wait = max(wait, rule.Tuning.syncInterval())
+		}
 	}
 	res := l.viewResult(cs, now, ok, wait, n)
 	res.Mode = ModeOverrun
 	return res
+}
+
+// overrunOnView reports whether a timed-out waiter that no held-back
+// credit covers may be admitted on the last view, which the view says has
+// room: only while the store answers in time as a rule (a round that is
+// late now and then), and within this replica's share (1/N, once per
+// window) of what the view left free. A store that is slow as a rule gets
+// no such admits: every replica would spend the same free budget, which
+// the store keeps granting until the admits are pushed.
+func (l *Limiter) overrunOnView(cs *creditState, rule *Rule, n int64) bool {
+	if !l.storeHealthy() || time.Duration(l.roundTrip.Load()) >= rule.Tuning.storeTimeout() {
+		return false
+	}
+	if cs.overrunLeft.Add(-n) < 0 {
+		cs.overrunLeft.Add(n)
+		return false
+	}
+	return true
 }
 
 func (l *Limiter) afterWait(cs *creditState, ok bool, n int64, cold bool) Result {

@@ -109,6 +109,7 @@ func (l *Limiter) apply(cs *creditState, r *SyncResult) {
 	cs.view.Store(&storeView{windows: r.Windows, others: r.Others})
 	cs.inflight, cs.lastSync = false, now
 	cs.serveWaiters()
+	cs.refreshOverrun(l, now)
 	cs.busy = len(cs.waiters) > 0 || cs.halfUsed(l.storeNow(now))
 	interval := quietInterval
 	if cs.busy {
@@ -180,4 +181,33 @@ func (cs *creditState) snapshotBoundary(snow int64) {
 	if h := cs.hits.Swap(0); h != 0 {
 		cs.late = append(cs.late, Hit{At: snow, N: h}) // rides the next round
 	}
+}
+
+// refreshOverrun sets the overrun budget from the new view: a fresh share
+// in a new window, never more than what is left of the window's share
+// within one, since overruns not yet pushed are missing from every view.
+// cs.mu must be held.
+func (cs *creditState) refreshOverrun(l *Limiter, now int64) {
+	share := cs.overrunShare(l, now)
+	snow := l.storeNow(now)
+	epoch := snow / int64(cs.ws[0].Period)
+	if epoch == cs.overrunEpoch {
+		share = min(share, cs.overrunLeft.Load())
+	}
+	cs.overrunEpoch = epoch
+	cs.overrunLeft.Store(share)
+}
+
+// overrunShare is this replica's share (1/N) of what the view leaves free
+// after the other replicas' reservations, the hits not yet pushed and its
+// own credit. cs.mu must be held.
+func (cs *creditState) overrunShare(l *Limiter, now int64) int64 {
+	v := cs.view.Load()
+	snow := l.storeNow(now)
+	free := uint64(math.MaxUint64)
+	for i, w := range cs.ws {
+		free = min(free, satSub(v.windows[i].Remaining(w, cs.rule.Algorithm, snow), v.others))
+	}
+	held := max(cs.hits.Load(), 0) + max(cs.credit.Load(), 0)
+	return max(int64(min(free, math.MaxInt64/2))-held, 0) / max(l.replicas.Load(), 1)
 }

@@ -85,6 +85,7 @@ type Limiter struct {
 	clockKnown atomic.Bool
 	lastOK     atomic.Int64 // local ns of the last successful store call
 	lastFail   atomic.Int64 // local ns of the last failed store call
+	roundTrip  atomic.Int64 // smoothed sync round duration, ns
 	kickCh     chan struct{}
 	pendingMu  sync.Mutex
 	pending    []*creditState // keys that asked for a sync since the last round

@@ -94,6 +94,12 @@ func (l *Limiter) learnClock(sent, storeNow int64) {
 	l.offset.Store(old + (sample-old)/4)
 }
 
+// learnRoundTrip smooths the duration of sync rounds (EWMA, 1/8).
+func (l *Limiter) learnRoundTrip(d time.Duration) {
+	old := l.roundTrip.Load()
+	l.roundTrip.Store(old + (int64(d)-old)/8)
+}
+
 func (l *Limiter) storeFailed(err error) {
 	l.lastFail.Store(l.clock.Now().UnixNano())
 	l.stats.syncFailures.Add(1)
@@ -130,6 +136,7 @@ func (l *Limiter) SyncRound(ctx context.Context) {
 	start := time.Now()
 	err := l.store.Sync(rctx, l.replica, items, out)
 	l.observe(ctx, callSync, start, err)
+	l.learnRoundTrip(time.Since(start))
 	if err != nil {
 		l.storeFailed(err)
 		for i, cs := range due {
