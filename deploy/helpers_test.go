@@ -14,9 +14,9 @@ import (
 	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/reflect/protoreflect"
-	"google.golang.org/protobuf/types/known/anypb"
 	"gopkg.in/yaml.v3"
 
+	"github.com/ratelimit-svc/ratelimit-svc/internal/envoyconf"
 	"github.com/ratelimit-svc/ratelimit-svc/pkg/policy"
 )
 
@@ -78,49 +78,13 @@ func decodeProto(t *testing.T, where string, v any, m proto.Message) bool {
 	return true
 }
 
-// validator is what protoc-gen-validate generates on every message.
-type validator interface{ ValidateAll() error }
-
-// validateTree validates m and every message inside it, unpacking Any
-// values (ValidateAll does not look inside them).
+// validateTree reports every validation problem of m and the messages
+// inside it, Any values unpacked.
 func validateTree(t *testing.T, m protoreflect.Message, where string) {
 	t.Helper()
-	if v, ok := m.Interface().(validator); ok {
-		if err := v.ValidateAll(); err != nil {
-			t.Errorf("%s: %v", where, err)
-		}
+	for _, err := range envoyconf.Validate(m, where) {
+		t.Error(err)
 	}
-	if a, ok := m.Interface().(*anypb.Any); ok {
-		inner, err := a.UnmarshalNew()
-		if err != nil {
-			t.Errorf("%s: %s: %v", where, a.GetTypeUrl(), err)
-			return
-		}
-		validateTree(t, inner.ProtoReflect(), where+"("+a.GetTypeUrl()+")")
-		return
-	}
-	m.Range(func(fd protoreflect.FieldDescriptor, v protoreflect.Value) bool {
-		if fd.Kind() != protoreflect.MessageKind && fd.Kind() != protoreflect.GroupKind {
-			return true
-		}
-		name := where + "." + string(fd.Name())
-		switch {
-		case fd.IsList():
-			for i := range v.List().Len() {
-				validateTree(t, v.List().Get(i).Message(), name)
-			}
-		case fd.IsMap():
-			if fd.MapValue().Kind() == protoreflect.MessageKind {
-				v.Map().Range(func(k protoreflect.MapKey, mv protoreflect.Value) bool {
-					validateTree(t, mv.Message(), name+"["+k.String()+"]")
-					return true
-				})
-			}
-		default:
-			validateTree(t, v.Message(), name)
-		}
-		return true
-	})
 }
 
 // policyFiles reads the policy files of a directory of the repository

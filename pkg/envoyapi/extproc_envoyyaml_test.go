@@ -15,6 +15,8 @@ import (
 	"google.golang.org/protobuf/types/known/anypb"
 	"gopkg.in/yaml.v3"
 
+	"github.com/ratelimit-svc/ratelimit-svc/internal/envoyconf"
+
 	// The typed_config types envoy.yaml uses, so their Any values resolve.
 	_ "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/ratelimit/v3"
 	_ "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/router/v3"
@@ -47,49 +49,13 @@ func loadBootstrap(t *testing.T) *bootstrapv3.Bootstrap {
 	return &b
 }
 
-// validator is what protoc-gen-validate generates on every message.
-type validator interface{ ValidateAll() error }
-
-// validateTree validates m and every message inside it, unpacking Any
-// values (ValidateAll does not look inside them).
+// validateTree reports every validation problem of m and the messages
+// inside it, Any values unpacked.
 func validateTree(t *testing.T, m protoreflect.Message, where string) {
 	t.Helper()
-	if v, ok := m.Interface().(validator); ok {
-		if err := v.ValidateAll(); err != nil {
-			t.Errorf("%s: %v", where, err)
-		}
+	for _, err := range envoyconf.Validate(m, where) {
+		t.Error(err)
 	}
-	if a, ok := m.Interface().(*anypb.Any); ok {
-		inner, err := a.UnmarshalNew()
-		if err != nil {
-			t.Errorf("%s: %s: %v", where, a.GetTypeUrl(), err)
-			return
-		}
-		validateTree(t, inner.ProtoReflect(), where+"("+a.GetTypeUrl()+")")
-		return
-	}
-	m.Range(func(fd protoreflect.FieldDescriptor, v protoreflect.Value) bool {
-		if fd.Kind() != protoreflect.MessageKind && fd.Kind() != protoreflect.GroupKind {
-			return true
-		}
-		name := where + "." + string(fd.Name())
-		switch {
-		case fd.IsList():
-			for i := range v.List().Len() {
-				validateTree(t, v.List().Get(i).Message(), name)
-			}
-		case fd.IsMap():
-			if fd.MapValue().Kind() == protoreflect.MessageKind {
-				v.Map().Range(func(k protoreflect.MapKey, mv protoreflect.Value) bool {
-					validateTree(t, mv.Message(), name+"["+k.String()+"]")
-					return true
-				})
-			}
-		default:
-			validateTree(t, v.Message(), name)
-		}
-		return true
-	})
 }
 
 func TestEnvoyYAMLValidates(t *testing.T) {
