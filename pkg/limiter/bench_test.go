@@ -32,32 +32,37 @@ func benchKeys(n int) [][]byte {
 
 func BenchmarkDecide(b *testing.B) {
 	for _, n := range []int{1, 10_000} {
-		keys := benchKeys(n)
-		l := limiter.New()
-		b.Run("keys="+strconv.Itoa(n)+"/serial", func(b *testing.B) {
+		benchLimiter(b, limiter.New(), benchKeys(n))
+	}
+}
+
+// benchLimiter runs the serial and parallel decision benchmarks of l over
+// keys, one request of threeWindows each.
+func benchLimiter(b *testing.B, l *limiter.Limiter, keys [][]byte) {
+	n := len(keys)
+	b.Run("keys="+strconv.Itoa(n)+"/serial", func(b *testing.B) {
+		req := []limiter.Request{{Rule: threeWindows}}
+		out := make([]limiter.Result, 1)
+		b.ReportAllocs()
+		for i := 0; b.Loop(); i++ {
+			req[0].Key = keys[i%n]
+			l.Decide(req, out)
+		}
+	})
+	b.Run("keys="+strconv.Itoa(n)+"/parallel", func(b *testing.B) {
+		var seq atomic.Int64
+		b.ReportAllocs()
+		b.RunParallel(func(pb *testing.PB) {
+			i := int(seq.Add(7919))
 			req := []limiter.Request{{Rule: threeWindows}}
 			out := make([]limiter.Result, 1)
-			b.ReportAllocs()
-			for i := 0; b.Loop(); i++ {
+			for pb.Next() {
+				i++
 				req[0].Key = keys[i%n]
 				l.Decide(req, out)
 			}
 		})
-		b.Run("keys="+strconv.Itoa(n)+"/parallel", func(b *testing.B) {
-			var seq atomic.Int64
-			b.ReportAllocs()
-			b.RunParallel(func(pb *testing.PB) {
-				i := int(seq.Add(7919))
-				req := []limiter.Request{{Rule: threeWindows}}
-				out := make([]limiter.Result, 1)
-				for pb.Next() {
-					i++
-					req[0].Key = keys[i%n]
-					l.Decide(req, out)
-				}
-			})
-		})
-	}
+	})
 }
 
 // BenchmarkXTimeRate is the baseline: golang.org/x/time/rate limiters, three
@@ -118,27 +123,7 @@ func BenchmarkDecideCredit(b *testing.B) {
 			req[0].Key = keys[i%n]
 			l.Decide(req, out)
 		}
-		b.Run("keys="+strconv.Itoa(n)+"/serial", func(b *testing.B) {
-			b.ReportAllocs()
-			for i := 0; b.Loop(); i++ {
-				req[0].Key = keys[i%n]
-				l.Decide(req, out)
-			}
-		})
-		b.Run("keys="+strconv.Itoa(n)+"/parallel", func(b *testing.B) {
-			var seq atomic.Int64
-			b.ReportAllocs()
-			b.RunParallel(func(pb *testing.PB) {
-				i := int(seq.Add(7919))
-				req := []limiter.Request{{Rule: threeWindows}}
-				out := make([]limiter.Result, 1)
-				for pb.Next() {
-					i++
-					req[0].Key = keys[i%n]
-					l.Decide(req, out)
-				}
-			})
-		})
+		benchLimiter(b, l, keys)
 		st := l.Stats()
 		b.Logf("keys=%d: %d round trips, decisions by mode %v", n, st.Rounds, st.Decisions)
 		cancel()
