@@ -209,6 +209,7 @@ func TestSimEarlySyncAvoidsWaiting(t *testing.T) {
 		st := l.Stats()
 		waited += st.Decisions["sync"] + st.Decisions["cold"] + st.Decisions["overrun"]
 	}
+	t.Logf("offered per second %v, admitted %v", seconds(r.offered, 8), seconds(r.admitted, 8))
 	t.Logf("%d of %d requests waited for a sync round (%.1f%%); %d denied, %d after the first second",
 		waited, total, 100*float64(waited)/float64(total), r.denied, r.deniedInterior)
 	if waited*50 > total*3 { // measured 2–4 %; the design's aim is under 1 %
