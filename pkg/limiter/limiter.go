@@ -271,7 +271,7 @@ func (l *Limiter) rollback(reqs []Request, out []Result, now int64) {
 		}
 		e := l.keys.lock(r.Key, r.Rule)
 		for j, w := range r.Rule.Windows {
-			e.counters[j].undo(w, r.Rule.Algorithm, now, now, hits)
+			e.counters[j].Refund(w, r.Rule.Algorithm, now, hits) // charged at this same instant
 		}
 		out[i] = l.finish(e, r.Rule, now, true, 0)
 		e.mu.Unlock()

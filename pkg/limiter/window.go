@@ -156,12 +156,7 @@ func (c *WindowState) ChargeAt(w Window, a Algorithm, at, now int64, n uint64) {
 
 // Charge records n units at now. It does not check the limit.
 func (c *WindowState) Charge(w Window, a Algorithm, now int64, n uint64) {
-	if a == TokenBucket {
-		c.TAT = satAddInt(max(c.TAT, now), spend(n, w))
-		return
-	}
-	c.Roll(w, now)
-	c.Cur = satAdd(c.Cur, n)
+	c.ChargeAt(w, a, now, now, n)
 }
 
 // Refund gives back n units at now, never below an empty window or a full
@@ -173,22 +168,6 @@ func (c *WindowState) Refund(w Window, a Algorithm, now int64, n uint64) {
 	}
 	c.Roll(w, now)
 	c.Cur = satSub(c.Cur, n)
-}
-
-// undo takes back a charge of n units made at chargedAt, from the window it
-// was recorded in; now is the current instant.
-func (c *WindowState) undo(w Window, a Algorithm, chargedAt, now int64, n uint64) {
-	if a == TokenBucket {
-		c.TAT = max(c.TAT-spend(n, w), now)
-		return
-	}
-	c.Roll(w, now)
-	switch chargedAt / int64(w.Period) {
-	case c.Epoch:
-		c.Cur = satSub(c.Cur, n)
-	case c.Epoch - 1:
-		c.Prev = satSub(c.Prev, n)
-	}
 }
 
 // UntilReset is the time an admitted request reports as reset: until the
