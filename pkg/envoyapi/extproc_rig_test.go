@@ -2,7 +2,6 @@ package envoyapi_test
 
 import (
 	"context"
-	"net"
 	"strconv"
 	"testing"
 	"time"
@@ -10,7 +9,6 @@ import (
 	extprocfilterv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/ext_proc/v3"
 	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/ratelimit-svc/ratelimit-svc/pkg/envoyapi"
 	"github.com/ratelimit-svc/ratelimit-svc/pkg/envoyapi/envoytest"
@@ -82,22 +80,11 @@ func newExtRig(t *testing.T, opts ...envoyapi.Option) *extRig {
 	r.lim = limiter.New(limiter.WithClock(r.clk))
 	x := envoyapi.NewExtProc(staticPolicies{snap},
 		envoyapi.ExtProcDeps{Limits: r.lim, Slots: r.lim, Breakers: r.reg, Now: r.clk.Now}, opts...)
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv := grpc.NewServer(grpc.StreamInterceptor(func(srv any, ss grpc.ServerStream, _ *grpc.StreamServerInfo, h grpc.StreamHandler) error {
-		defer func() { r.ended <- struct{}{} }()
-		return h(srv, ss)
-	}))
-	envoyapi.RegisterExtProc(srv, x)
-	go srv.Serve(lis)
-	t.Cleanup(srv.Stop)
-	conn, err := grpc.NewClient(lis.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { conn.Close() })
+	conn := envoytest.Loopback(t, func(s *grpc.Server) { envoyapi.RegisterExtProc(s, x) },
+		grpc.StreamInterceptor(func(srv any, ss grpc.ServerStream, _ *grpc.StreamServerInfo, h grpc.StreamHandler) error {
+			defer func() { r.ended <- struct{}{} }()
+			return h(srv, ss)
+		}))
 	r.client = extprocv3.NewExternalProcessorClient(conn)
 	return r
 }

@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"log/slog"
 	"math"
-	"net"
 	"strings"
 	"sync"
 	"testing"
@@ -16,11 +15,11 @@ import (
 	typev3 "github.com/envoyproxy/go-control-plane/envoy/type/v3"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
 	"github.com/ratelimit-svc/ratelimit-svc/pkg/envoyapi"
+	"github.com/ratelimit-svc/ratelimit-svc/pkg/envoyapi/envoytest"
 	"github.com/ratelimit-svc/ratelimit-svc/pkg/limiter"
 	"github.com/ratelimit-svc/ratelimit-svc/pkg/limiter/limitertest"
 	"github.com/ratelimit-svc/ratelimit-svc/pkg/policy"
@@ -88,19 +87,7 @@ func newRig(t *testing.T, opts ...envoyapi.Option) *rig {
 	}
 	clk := limitertest.NewClock(t0)
 	rls := envoyapi.NewRLS(staticPolicies{snap}, limiter.New(limiter.WithClock(clk)), opts...)
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv := grpc.NewServer()
-	envoyapi.RegisterRLS(srv, rls)
-	go srv.Serve(lis)
-	t.Cleanup(srv.Stop)
-	conn, err := grpc.NewClient(lis.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { conn.Close() })
+	conn := envoytest.Loopback(t, func(s *grpc.Server) { envoyapi.RegisterRLS(s, rls) })
 	return &rig{t: t, clk: clk, client: ratelimitv3.NewRateLimitServiceClient(conn), rls: rls}
 }
 

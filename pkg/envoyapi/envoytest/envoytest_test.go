@@ -3,7 +3,6 @@ package envoytest_test
 import (
 	"context"
 	"errors"
-	"net"
 	"testing"
 	"time"
 
@@ -11,7 +10,6 @@ import (
 	extprocfilterv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/ext_proc/v3"
 	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/protobuf/types/known/durationpb"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
@@ -42,19 +40,7 @@ func (p scripted) Process(st extprocv3.ExternalProcessor_ProcessServer) error {
 
 func filter(t *testing.T, s script) *envoytest.Filter {
 	t.Helper()
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv := grpc.NewServer()
-	extprocv3.RegisterExternalProcessorServer(srv, scripted{s})
-	go srv.Serve(lis)
-	t.Cleanup(srv.Stop)
-	conn, err := grpc.NewClient(lis.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { conn.Close() })
+	conn := envoytest.Loopback(t, func(srv *grpc.Server) { extprocv3.RegisterExternalProcessorServer(srv, scripted{s}) })
 	return &envoytest.Filter{Client: extprocv3.NewExternalProcessorClient(conn),
 		RequestBodyMode: extprocfilterv3.ProcessingMode_BUFFERED, MessageTimeout: 2 * time.Second}
 }
