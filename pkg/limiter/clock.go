@@ -1,12 +1,45 @@
 package limiter
 
-import "time"
+import (
+	"sync/atomic"
+	"time"
+)
 
 // Clock tells the time. The Limiter reads it once per decision.
 type Clock interface {
 	Now() time.Time
 }
 
-type systemClock struct{}
+// systemClock reads Unix time as a wall-clock anchor plus the monotonic
+// time since it was taken: one monotonic read per decision instead of
+// time.Now's two clock reads. Run re-anchors it periodically, so a step
+// of the wall clock is followed within a sweep interval.
+type systemClock struct {
+	start  time.Time    // carries a monotonic reading
+	offset atomic.Int64 // Unix ns at start's monotonic instant
+}
 
-func (systemClock) Now() time.Time { return time.Now() }
+func newSystemClock() *systemClock {
+	c := &systemClock{start: time.Now()}
+	c.offset.Store(c.start.UnixNano())
+	return c
+}
+
+func (c *systemClock) Now() time.Time { return time.Now() }
+
+// UnixNano is the current Unix time in ns.
+func (c *systemClock) UnixNano() int64 { return c.offset.Load() + int64(time.Since(c.start)) }
+
+// anchor re-reads the wall clock.
+func (c *systemClock) anchor() {
+	t := time.Now()
+	c.offset.Store(t.UnixNano() - int64(t.Sub(c.start)))
+}
+
+// now is the decision instant in Unix ns.
+func (l *Limiter) now() int64 {
+	if l.sys != nil {
+		return l.sys.UnixNano()
+	}
+	return l.clock.Now().UnixNano()
+}

@@ -68,7 +68,7 @@ func (s *Slot) Release() {
 func (l *Limiter) Acquire(key string, max uint64) (*Slot, bool) {
 	s := l.conc.get(key)
 	s.max.Store(max)
-	s.lastUse.Store(l.clock.Now().UnixNano())
+	s.lastUse.Store(l.now())
 	if max == 0 {
 		s.held.Add(1)
 		return &Slot{s: s}, true
@@ -121,14 +121,14 @@ func (l *Limiter) publishSlots(ctx context.Context, keys []*slots, want uint64, 
 		items[i] = SlotItem{Key: s.key, Max: s.max.Load(), Held: uint64(s.claim(handBack)), Want: want, Lease: slotLease}
 	}
 	out := make([]SlotResult, len(items))
-	now := l.clock.Now().UnixNano()
+	now := l.now()
 	start := time.Now()
 	err := l.store.SyncSlots(ctx, l.replica, items, out)
 	l.observe(ctx, callSlots, start, err)
 	if err != nil {
 		return err
 	}
-	l.lastOK.Store(l.clock.Now().UnixNano())
+	l.lastOK.Store(l.now())
 	for i, s := range keys {
 		s.granted.Store(int64(out[i].Granted))
 		s.published.Store(now)
@@ -154,7 +154,7 @@ func (s *slots) claim(handBack bool) int64 {
 // slotRound renews the leases of keys with slots and hands idle spare
 // slots back; the sync loop calls it every tick.
 func (l *Limiter) slotRound(ctx context.Context) {
-	now := l.clock.Now().UnixNano()
+	now := l.now()
 	var due []*slots
 	l.conc.keys.Range(func(_, v any) bool {
 		s := v.(*slots)

@@ -33,6 +33,7 @@ type creditState struct {
 	key       string
 	rule      *Rule
 	ws        []Window // rule.Windows with periods in µs, the store's unit
+	capacity  uint64   // the smallest window's capacity: no request above it fits
 	waiters   []*waiter
 	waiting   uint64 // units the waiters want
 	asked     uint64 // waiting units the in-flight sync asked for
@@ -55,6 +56,40 @@ type creditState struct {
 type storeView struct {
 	windows []WindowState // time in µs
 	others  uint64        // other replicas' reservations
+	// ends[i] is the store instant (µs) fixed window i ends: until then
+	// it has Limit − Cur units left, and for one period after it Limit,
+	// so a decision is described with no division.
+	ends []int64
+}
+
+// newView publishes a store reply for windows ws (periods in µs).
+func newView(ws []Window, a Algorithm, windows []WindowState, others uint64) *storeView {
+	v := &storeView{windows: windows, others: others}
+	if a == FixedWindow {
+		v.ends = make([]int64, len(ws))
+		for i, w := range ws {
+			v.ends[i] = (windows[i].Epoch + 1) * int64(w.Period)
+		}
+	}
+	return v
+}
+
+// fixedAt is fixed window i's remaining units (before pending hits) and
+// time to reset at store instant snow, when snow lies in the viewed
+// window or the one after it; ok is false otherwise.
+func (v *storeView) fixedAt(w Window, i int, snow int64) (rem uint64, reset int64, ok bool) {
+	if v == nil || v.ends == nil {
+		return 0, 0, false
+	}
+	end, p := v.ends[i], int64(w.Period)
+	switch {
+	case snow < end-p:
+	case snow < end:
+		return satSub(w.Limit, v.windows[i].Cur), end - snow, true
+	case snow < end+p:
+		return w.Limit, end + p - snow, true
+	}
+	return 0, 0, false
 }
 
 // waiter is a request that found no credit and waits for a sync.
@@ -88,7 +123,7 @@ func (l *Limiter) creditDecide(cs *creditState, r *Request, hits uint64, now int
 		ok, wait := l.viewAdmits(cs, now, n)
 		return l.viewResult(cs, now, ok || (cs.credit.Load() >= n && now < cs.backedTo.Load()), wait, n)
 	}
-	if uint64(n) > minCapacity(r.Rule) {
+	if uint64(n) > cs.capacity {
 		return l.viewResult(cs, now, false, Never, n)
 	}
 	if l.degraded(r.Rule, now) {
@@ -150,7 +185,7 @@ func (l *Limiter) wait(cs *creditState, rule *Rule, n int64, now int64) Result {
 	// case pays, so the admit is still covered by this replica's
 	// reservation; without it the request is denied rather than decided
 	// on a view every other replica may be spending too.
-	now = l.clock.Now().UnixNano()
+	now = l.now()
 	ok, wait := false, time.Duration(0)
 	if now < cs.backedTo.Load() {
 		if ok = cs.credit.Add(-n) >= 0; ok {
@@ -193,7 +228,7 @@ func (l *Limiter) overrunOnView(cs *creditState, rule *Rule, n int64) bool {
 }
 
 func (l *Limiter) afterWait(cs *creditState, ok bool, n int64, cold bool) Result {
-	now := l.clock.Now().UnixNano()
+	now := l.now()
 	mode := ModeSync
 	if cold {
 		mode = ModeCold
@@ -295,16 +330,27 @@ func (l *Limiter) viewResult(cs *creditState, now int64, ok bool, wait time.Dura
 		pending += v.others
 	}
 	for i, w := range cs.ws {
-		var c WindowState
-		if v != nil {
-			c = v.windows[i]
+		var rem uint64
+		var reset time.Duration
+		if r, rs, ok := v.fixedAt(w, i, snow); ok {
+			rem, reset = satSub(r, pending), time.Duration(rs)*time.Microsecond
+		} else {
+			var c WindowState
+			if v != nil {
+				c = v.windows[i]
+			}
+			rem = satSub(c.Remaining(w, rule.Algorithm, snow), pending)
+			reset = c.UntilReset(w, rule.Algorithm, snow) * time.Microsecond
 		}
-		rem := satSub(c.Remaining(w, rule.Algorithm, snow), pending)
 		if i == 0 || rem < res.Remaining {
-			res.Limit, res.Period, res.Remaining = w.Limit, rule.Windows[i].Period, rem
-			res.Reset = c.UntilReset(w, rule.Algorithm, snow) * time.Microsecond
+			res.Limit, res.Period, res.Remaining, res.Reset = w.Limit, rule.Windows[i].Period, rem, reset
 		}
 	}
+	return finishView(res, ok, wait)
+}
+
+// finishView turns a described decision into a denial's when !ok.
+func finishView(res Result, ok bool, wait time.Duration) Result {
 	if !ok {
 		if wait == Never || wait <= 0 {
 			wait = max(res.Reset, time.Microsecond)

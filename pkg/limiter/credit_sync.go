@@ -101,12 +101,12 @@ func (cs *creditState) abort(it SyncItem) {
 func (l *Limiter) apply(cs *creditState, r *SyncResult) {
 	cs.mu.Lock()
 	defer cs.mu.Unlock()
-	now := l.clock.Now().UnixNano()
+	now := l.now()
 	cs.credit.Add(int64(r.Credit) - cs.unused)
 	cs.grant.Store(int64(r.Credit))
 	cs.reserve.Store(int64(r.Credit) / reserveShare)
 	cs.backedTo.Store(cs.sentAt + int64(lease) - int64(cs.rule.Tuning.syncInterval()))
-	cs.view.Store(&storeView{windows: r.Windows, others: r.Others})
+	cs.view.Store(newView(cs.ws, cs.rule.Algorithm, r.Windows, r.Others))
 	cs.inflight, cs.lastSync = false, now
 	cs.serveWaiters()
 	cs.refreshOverrun(l, now)

@@ -67,7 +67,7 @@ func (l *Limiter) Stats() Stats {
 	}
 	s.Rounds, s.SyncFailures = l.stats.rounds.Load(), l.stats.syncFailures.Load()
 	if l.store != nil {
-		s.Degraded = l.degraded(&Rule{}, l.clock.Now().UnixNano())
+		s.Degraded = l.degraded(&Rule{}, l.now())
 	}
 	return s
 }
@@ -149,7 +149,7 @@ func (l *Limiter) creditFor(key []byte, rule *Rule, now int64) *creditState {
 // interval's worth of its rate and at most share·capacity/N, so N cold
 // replicas together stay within the limit; its first request syncs at once.
 func (l *Limiter) newCredit(key string, rule *Rule, now int64) *creditState {
-	cs := &creditState{key: key, rule: rule, ws: storeWindows(rule.Windows), nextSync: now}
+	cs := &creditState{key: key, rule: rule, ws: storeWindows(rule.Windows), capacity: minCapacity(rule), nextSync: now}
 	n := uint64(max(l.replicas.Load(), 1))
 	cold := uint64(math.MaxUint64)
 	for _, w := range rule.Windows {

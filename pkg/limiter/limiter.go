@@ -72,6 +72,7 @@ var ErrBatchSize = errors.New("limiter: results slice shorter than requests")
 // concurrent use. Run its maintenance loop with Run.
 type Limiter struct {
 	clock Clock
+	sys   *systemClock // clock, unless WithClock replaced it
 	log   *slog.Logger
 	sweep time.Duration
 	keys  *table
@@ -108,8 +109,9 @@ func WithSweepInterval(d time.Duration) Option { return func(l *Limiter) { l.swe
 
 // New builds a local-only Limiter: each process enforces every Rule in full.
 func New(opts ...Option) *Limiter {
+	sys := newSystemClock()
 	l := &Limiter{
-		clock:  systemClock{},
+		clock:  sys,
 		log:    slog.New(slog.DiscardHandler),
 		sweep:  10 * time.Second,
 		keys:   newTable(),
@@ -118,6 +120,9 @@ func New(opts ...Option) *Limiter {
 	l.replicas.Store(1)
 	for _, o := range opts {
 		o(l)
+	}
+	if l.clock == Clock(sys) {
+		l.sys = sys
 	}
 	return l
 }
@@ -138,6 +143,9 @@ func (l *Limiter) Run(ctx context.Context) error {
 		case <-ctx.Done():
 			return nil
 		case <-t.C:
+			if l.sys != nil {
+				l.sys.anchor()
+			}
 			if n := l.Sweep(); n > 0 {
 				l.log.Debug("evicted idle keys", "count", n, "live", l.Keys())
 			}
@@ -147,7 +155,7 @@ func (l *Limiter) Run(ctx context.Context) error {
 
 // Sweep evicts the keys whose state is as good as new and returns how many.
 // Run calls it periodically.
-func (l *Limiter) Sweep() int { return l.keys.sweep(l.clock.Now().UnixNano()) }
+func (l *Limiter) Sweep() int { return l.keys.sweep(l.now()) }
 
 // Keys is the number of keys currently held.
 func (l *Limiter) Keys() int { return int(l.keys.size.Load()) }
@@ -160,7 +168,7 @@ func (l *Limiter) Decide(reqs []Request, out []Result) (bool, error) {
 	if len(out) < len(reqs) {
 		return false, ErrBatchSize
 	}
-	now := l.clock.Now().UnixNano()
+	now := l.now()
 	deny := -1 // index of the first denying request
 	for i := range reqs {
 		r := &reqs[i]
@@ -309,7 +317,7 @@ type WinView struct {
 // Snapshot returns the state of up to limit keys starting with prefix.
 func (l *Limiter) Snapshot(prefix string, limit int) []KeyState {
 	var out []KeyState
-	now := l.clock.Now().UnixNano()
+	now := l.now()
 	l.keys.each(prefix, func(e *entry) {
 		if len(out) >= limit {
 			return

@@ -45,7 +45,7 @@ func (l *Limiter) runSync(ctx context.Context) {
 	t := time.NewTicker(tick)
 	defer t.Stop()
 	l.heartbeat(ctx)
-	lastBeat := l.clock.Now().UnixNano()
+	lastBeat := l.now()
 	for {
 		select {
 		case <-ctx.Done():
@@ -54,7 +54,7 @@ func (l *Limiter) runSync(ctx context.Context) {
 		case <-t.C:
 		case <-l.kickCh:
 		}
-		now := l.clock.Now().UnixNano()
+		now := l.now()
 		if now-lastBeat >= int64(heartbeatEvery) {
 			l.heartbeat(ctx)
 			lastBeat = now
@@ -68,7 +68,7 @@ func (l *Limiter) runSync(ctx context.Context) {
 func (l *Limiter) heartbeat(ctx context.Context) {
 	ctx, cancel := context.WithTimeout(ctx, roundTimeout)
 	defer cancel()
-	sent := l.clock.Now().UnixNano()
+	sent := l.now()
 	start := time.Now()
 	m, err := l.store.Heartbeat(ctx, l.replica, lease)
 	l.observe(ctx, callHeartbeat, start, err)
@@ -83,7 +83,7 @@ func (l *Limiter) heartbeat(ctx context.Context) {
 // learnClock smooths the offset between the store clock and ours from one
 // round trip sent at sent (local ns) and answered at storeNow (µs).
 func (l *Limiter) learnClock(sent, storeNow int64) {
-	now := l.clock.Now().UnixNano()
+	now := l.now()
 	sample := storeNow - (sent+now)/2/1000
 	l.lastOK.Store(now)
 	if !l.clockKnown.Swap(true) {
@@ -101,7 +101,7 @@ func (l *Limiter) learnRoundTrip(d time.Duration) {
 }
 
 func (l *Limiter) storeFailed(err error) {
-	l.lastFail.Store(l.clock.Now().UnixNano())
+	l.lastFail.Store(l.now())
 	l.stats.syncFailures.Add(1)
 	l.log.Debug("store call failed", "err", err)
 }
@@ -120,7 +120,7 @@ func (l *Limiter) degraded(rule *Rule, now int64) bool {
 // due rides along, in one store call. The sync loop calls it; simulations
 // may too.
 func (l *Limiter) SyncRound(ctx context.Context) {
-	now := l.clock.Now().UnixNano()
+	now := l.now()
 	due := l.collectDue(now, l.fullScanDue(now))
 	if len(due) == 0 {
 		return
@@ -246,7 +246,7 @@ func (l *Limiter) shutdown() {
 	defer cancel()
 	var items []SyncItem
 	var keys []string
-	now := l.clock.Now().UnixNano()
+	now := l.now()
 	l.keys.eachCredit(func(_ *entry, cs *creditState) {
 		cs.mu.Lock()
 		defer cs.mu.Unlock()

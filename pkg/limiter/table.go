@@ -8,19 +8,35 @@ import (
 
 const shardCount = 256
 
-// table maps keys to their state. It is sharded so no lock is shared by all
-// keys: a lookup of a known key takes one shard's read lock and allocates
-// nothing.
+// table maps keys to their state. It is sharded, and a lookup of a key
+// already promoted to its shard's read map takes no lock at all: one hash
+// of the key, one atomic pointer load, a map read by that hash and a
+// comparison of the key, with no allocation.
+//
+// Each shard keeps an immutable read map, by hash, and under its mutex a
+// dirty map of the keys added since, by key. Once the dirty keys have
+// been looked up often enough (an eighth of the read map, and at least
+// promoteMin times), the two are merged into a new read map, so a map copy
+// costs each key a bounded number of copies however the table grows. A
+// key whose hash another key already holds in the read map (a 64-bit
+// collision) stays in the dirty map. A sweep writes new maps without the
+// dead keys.
 type table struct {
 	seed   maphash.Seed
 	shards [shardCount]shard
 	size   atomic.Int64
 }
 
+// promoteMin is how many lookups of dirty keys a shard takes under its
+// mutex before it merges them into the read map, however small it is.
+const promoteMin = 32
+
 type shard struct {
-	mu sync.RWMutex
-	m  map[string]*entry
-	_  [40]byte // keep neighbouring shards' locks off one cache line
+	read   atomic.Pointer[map[uint64]*entry] // by hash; immutable once published
+	mu     sync.Mutex
+	dirty  map[string]*entry // keys missing from read; guarded by mu
+	misses int               // lookups served from dirty since the last merge
+	_      [64]byte          // keep neighbouring shards off one cache line
 }
 
 // entry is one key's state. mu guards every field but fresh, which the
@@ -28,6 +44,7 @@ type shard struct {
 type entry struct {
 	mu       sync.Mutex
 	key      string
+	hash     uint64 // of key, with the table's seed
 	rule     *Rule
 	counters []WindowState
 	dead     bool                        // removed from the table; look the key up again
@@ -38,26 +55,27 @@ type entry struct {
 func newTable() *table {
 	t := &table{seed: maphash.MakeSeed()}
 	for i := range t.shards {
-		t.shards[i].m = make(map[string]*entry)
+		s := &t.shards[i]
+		s.read.Store(&map[uint64]*entry{})
+		s.dirty = make(map[string]*entry)
 	}
 	return t
 }
 
-func (t *table) shardOf(key []byte) *shard {
-	return &t.shards[maphash.Bytes(t.seed, key)%shardCount]
+func (t *table) hash(key []byte) (uint64, *shard) {
+	h := maphash.Bytes(t.seed, key)
+	return h, &t.shards[h%shardCount]
 }
 
 // lock returns key's entry, created if missing, with its mutex held and
 // one counter per window of rule.
 func (t *table) lock(key []byte, rule *Rule) *entry {
 	n := len(rule.Windows)
-	s := t.shardOf(key)
+	h, s := t.hash(key)
 	for {
-		s.mu.RLock()
-		e := s.m[string(key)]
-		s.mu.RUnlock()
+		e := s.lookup(h, key)
 		if e == nil {
-			e = t.insert(s, key, n)
+			e = t.insert(s, h, key, n)
 		}
 		e.mu.Lock()
 		if !e.dead {
@@ -73,11 +91,69 @@ func (t *table) lock(key []byte, rule *Rule) *entry {
 
 // get returns key's entry without locking it, nil if absent.
 func (t *table) get(key []byte) *entry {
-	s := t.shardOf(key)
-	s.mu.RLock()
-	e := s.m[string(key)]
-	s.mu.RUnlock()
+	h, s := t.hash(key)
+	return s.lookup(h, key)
+}
+
+// lookup finds key, of hash h, in the read map without a lock, else in
+// the dirty map.
+func (s *shard) lookup(h uint64, key []byte) *entry {
+	if e := (*s.read.Load())[h]; e != nil && e.key == string(key) {
+		return e
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if e := (*s.read.Load())[h]; e != nil && e.key == string(key) { // merged meanwhile
+		return e
+	}
+	e := s.dirty[string(key)]
+	if e != nil {
+		s.missed()
+	}
 	return e
+}
+
+// missed counts a lookup served from the dirty map and merges it into the
+// read map when they have been frequent enough. s.mu must be held.
+func (s *shard) missed() {
+	s.misses++
+	if read := *s.read.Load(); s.misses >= max(promoteMin, len(read)/8) {
+		s.publish(read, s.dirty)
+	}
+}
+
+// publish makes the live entries of maps the read map, leaving in the
+// dirty map only the keys whose hash clashes. s.mu must be held.
+func (s *shard) publish(read map[uint64]*entry, dirty map[string]*entry) {
+	merged := make(map[uint64]*entry, len(read)+len(dirty))
+	for h, e := range read {
+		if !e.dead {
+			merged[h] = e
+		}
+	}
+	clash := make(map[string]*entry)
+	for k, e := range dirty {
+		switch {
+		case e.dead:
+		case merged[e.hash] != nil:
+			clash[k] = e
+		default:
+			merged[e.hash] = e
+		}
+	}
+	s.read.Store(&merged)
+	s.dirty, s.misses = clash, 0
+}
+
+// all returns every entry of the shard. s.mu must be held.
+func (s *shard) all(buf []*entry) []*entry {
+	for _, e := range *s.read.Load() {
+		buf = append(buf, e)
+	}
+	for _, e := range s.dirty {
+		buf = append(buf, e)
+	}
+	return buf
 }
 
 // eachCredit calls fn for every key of a shared rule. fn must not take
@@ -86,28 +162,28 @@ func (t *table) eachCredit(fn func(e *entry, cs *creditState)) {
 	var batch []*entry
 	for i := range t.shards {
 		s := &t.shards[i]
-		batch = batch[:0]
-		s.mu.RLock()
-		for _, e := range s.m {
-			if e.cs.Load() != nil {
-				batch = append(batch, e)
-			}
-		}
-		s.mu.RUnlock()
+		s.mu.Lock()
+		batch = s.all(batch[:0])
+		s.mu.Unlock()
 		for _, e := range batch {
-			fn(e, e.cs.Load())
+			if cs := e.cs.Load(); cs != nil {
+				fn(e, cs)
+			}
 		}
 	}
 }
 
-func (t *table) insert(s *shard, key []byte, n int) *entry {
+func (t *table) insert(s *shard, h uint64, key []byte, n int) *entry {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if e := s.m[string(key)]; e != nil {
+	if e := (*s.read.Load())[h]; e != nil && e.key == string(key) {
 		return e
 	}
-	e := &entry{key: string(key), counters: make([]WindowState, n)}
-	s.m[e.key] = e
+	if e := s.dirty[string(key)]; e != nil {
+		return e
+	}
+	e := &entry{key: string(key), hash: h, counters: make([]WindowState, n)}
+	s.dirty[e.key] = e
 	t.size.Add(1)
 	return e
 }
@@ -117,38 +193,59 @@ func (t *table) insert(s *shard, key []byte, n int) *entry {
 func (t *table) sweep(now int64) int {
 	removed := 0
 	for i := range t.shards {
-		s := &t.shards[i]
-		s.mu.Lock()
-		for k, e := range s.m {
-			if e.fresh.Load() > now {
-				continue
-			}
-			e.mu.Lock()
-			if e.fresh.Load() <= now {
-				e.dead = true
-				delete(s.m, k)
-				removed++
-			}
-			e.mu.Unlock()
-		}
-		s.mu.Unlock()
+		removed += t.shards[i].sweep(now)
 	}
 	t.size.Add(int64(-removed))
 	return removed
 }
 
+// sweep removes the shard's fresh keys, publishing a read map without
+// them, and returns how many it removed.
+func (s *shard) sweep(now int64) int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	read := *s.read.Load()
+	removed := 0
+	mark := func(e *entry) {
+		if e.fresh.Load() > now {
+			return
+		}
+		e.mu.Lock()
+		if e.fresh.Load() <= now {
+			e.dead = true
+			removed++
+		}
+		e.mu.Unlock()
+	}
+	for _, e := range read {
+		mark(e)
+	}
+	for _, e := range s.dirty {
+		mark(e)
+	}
+	if removed > 0 {
+		s.publish(read, s.dirty)
+	}
+	return removed
+}
+
 // each calls fn for every key with the given prefix, with its entry locked.
 func (t *table) each(prefix string, fn func(e *entry)) {
+	var batch []*entry
 	for i := range t.shards {
 		s := &t.shards[i]
-		s.mu.RLock()
-		for k, e := range s.m {
-			if len(k) >= len(prefix) && k[:len(prefix)] == prefix {
-				e.mu.Lock()
-				fn(e)
-				e.mu.Unlock()
+		s.mu.Lock()
+		batch = s.all(batch[:0])
+		s.mu.Unlock()
+		for _, e := range batch {
+			if len(e.key) < len(prefix) || e.key[:len(prefix)] != prefix {
+				continue
 			}
+			e.mu.Lock()
+			if !e.dead {
+				fn(e)
+			}
+			e.mu.Unlock()
 		}
-		s.mu.RUnlock()
 	}
 }
