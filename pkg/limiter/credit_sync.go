@@ -48,10 +48,12 @@ func (l *Limiter) prepare(cs *creditState, now int64) SyncItem {
 	cs.inflight, cs.sentAt, cs.asked, cs.collected = true, now, cs.waiting, false
 	cs.kicked.Store(false)
 	h := cs.hits.Swap(0)
+	want := cs.want(now, l.storeNow(now), h)
+	cs.handBack(want)
 	cs.unused = max(cs.credit.Load(), 0)
 	it := SyncItem{
 		Key: cs.key, Algorithm: cs.rule.Algorithm, Windows: cs.rule.Windows,
-		Unused: uint64(cs.unused), Want: cs.want(now, h), Waiting: cs.waiting,
+		Unused: uint64(cs.unused), Want: want, Waiting: cs.waiting,
 		Share: cs.rule.Tuning.share(), Replicas: int(l.replicas.Load()), Lease: lease,
 	}
 	if now-cs.lastUse.Load() > int64(quietInterval) && len(cs.waiters) == 0 {
@@ -68,8 +70,10 @@ func (l *Limiter) prepare(cs *creditState, now int64) SyncItem {
 
 // want sizes the credit to ask for from the key's rate until its next
 // regular sync (one sync interval when busy, a second when quiet), doubled,
-// at least what waiters need.
-func (cs *creditState) want(now, pushed int64) uint64 {
+// at least what waiters need. For fixed windows the horizon ends with the
+// first window: credit held past it blocks the other replicas from that
+// window's last units, and the key syncs again when it starts.
+func (cs *creditState) want(now, snow, pushed int64) uint64 {
 	if cs.lastSync > 0 && now > cs.lastSync {
 		sample := float64(max(pushed, 0)) / (float64(now-cs.lastSync) / 1e9)
 		cs.rate = (cs.rate + sample) / 2
@@ -78,9 +82,31 @@ func (cs *creditState) want(now, pushed int64) uint64 {
 	if cs.busy {
 		horizon = cs.rule.Tuning.syncInterval().Seconds()
 	}
+	if cs.busy && cs.rule.Algorithm == FixedWindow {
+		for _, w := range cs.ws {
+			p := int64(w.Period)
+			horizon = min(horizon, float64((snow/p+1)*p-snow)/1e6)
+		}
+	}
 	w := uint64(math.Ceil(cs.rate * horizon * 2))
 	w = max(w, cs.waiting, 1)
 	return min(w, minCapacity(cs.rule))
+}
+
+// handBack gives up the credit above want for a fixed window, so the
+// store can grant it to the replicas that need it before the window ends.
+// The units leave the hot path's reach before the round reports the
+// smaller reservation. cs.mu must be held.
+func (cs *creditState) handBack(want uint64) {
+	if !cs.busy || cs.rule.Algorithm != FixedWindow || len(cs.waiters) > 0 {
+		return
+	}
+	for {
+		c := cs.credit.Load()
+		if c <= int64(want) || cs.credit.CompareAndSwap(c, int64(want)) {
+			return
+		}
+	}
 }
 
 // abort puts back what a failed round took. The hits go back to the
@@ -110,7 +136,7 @@ func (l *Limiter) apply(cs *creditState, r *SyncResult) {
 	cs.inflight, cs.lastSync = false, now
 	cs.serveWaiters()
 	cs.refreshOverrun(l, now)
-	cs.busy = len(cs.waiters) > 0 || cs.halfUsed(l.storeNow(now))
+	cs.busy = len(cs.waiters) > 0 || cs.halfUsed(l.storeNow(now), l.replicas.Load() > 1)
 	interval := quietInterval
 	if cs.busy {
 		interval = cs.rule.Tuning.syncInterval()
@@ -124,12 +150,18 @@ func (l *Limiter) apply(cs *creditState, r *SyncResult) {
 	}
 }
 
-// halfUsed reports whether a window of the view is over half used.
-func (cs *creditState) halfUsed(snow int64) bool {
+// halfUsed reports whether over half of a window of the view is used or
+// reserved, this replica's credit included when others share the key
+// (it is what they could be short of). cs.mu must be held.
+func (cs *creditState) halfUsed(snow int64, shared bool) bool {
 	v := cs.view.Load()
+	held := v.others
+	if shared {
+		held = satAdd(held, uint64(max(cs.credit.Load(), 0)))
+	}
 	for i, w := range cs.ws {
-		c := v.windows[i]
-		if 2*satSub(w.Capacity(cs.rule.Algorithm), c.Remaining(w, cs.rule.Algorithm, snow)) > w.Capacity(cs.rule.Algorithm) {
+		capacity := w.Capacity(cs.rule.Algorithm)
+		if 2*satAdd(satSub(capacity, v.windows[i].Remaining(w, cs.rule.Algorithm, snow)), held) > capacity {
 			return true
 		}
 	}

@@ -48,7 +48,13 @@ type Reservation struct {
 //  3. avail = min over windows (remaining − others);
 //  4. keep the part of the replica's unused credit its old reservation
 //     still backs and avail still holds;
-//  5. grant min(want, ⌊share · free / N⌋) of what is left;
+//  5. grant min(want, ⌊share · free / N⌋) of what is left; for a fixed
+//     window, a replica that holds nothing and wants some gets one unit
+//     even when that split rounds to zero: the last units of a window go
+//     a unit at a time to the replicas that run dry, ahead of their next
+//     request. (Sliding windows and buckets free units one at a time, and
+//     a unit handed out ahead of need would be taken from the retry a
+//     Retry-After promised it to, so they leave it to the last mile.)
 //  6. last mile: when waiters need more than that split gives, grant them
 //     directly from what is left, whatever N;
 //  7. record the reservation (kept + granted) until now + lease.
@@ -80,6 +86,9 @@ func (r *KeyRecord) Sync(replica string, it *SyncItem, now int64) SyncResult {
 	kept := min(it.Unused, own, avail)
 	free := avail - kept
 	grant := min(it.Want, splitShare(free, it.Share, it.Replicas))
+	if grant == 0 && kept == 0 && it.Want > 0 && it.Algorithm == FixedWindow && splitShare(free, it.Share, 1) > 0 {
+		grant = 1
+	}
 	if it.Waiting > grant {
 		grant = max(grant, min(it.Waiting, free))
 	}

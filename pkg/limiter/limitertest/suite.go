@@ -291,16 +291,29 @@ func testRelease(t *testing.T, st limiter.Store) {
 	expect(t, "b's others after a's release", b.Others, 0)
 }
 
-// testLastMile: waiters get what is left even when a split gives nothing.
+// testLastMile: waiters get what is left even when a split gives nothing;
+// of a fixed window, a replica that holds nothing gets one unit of it.
 func testLastMile(t *testing.T, st limiter.Store) {
 	ws := fixed(3, time.Hour)
 	it := item("k", ws, 1)
-	it.Replicas = 4
-	expect(t, "split of 3 among 4", sync1(t, st, "a", it).Credit, 0)
+	it.Algorithm, it.Replicas = limiter.SlidingWindow, 4
+	expect(t, "sliding: split of 3 among 4", sync1(t, st, "a", it).Credit, 0)
 	it.Waiting = 1
 	expect(t, "last mile", sync1(t, st, "a", it).Credit, 1)
 	it.Waiting, it.Unused = 10, 1
 	expect(t, "last mile takes what is left", sync1(t, st, "b", it).Credit, 2)
+
+	dry := item("f", ws, 1)
+	dry.Replicas = 4
+	expect(t, "fixed: a dry replica's unit", sync1(t, st, "a", dry).Credit, 1)
+	holding := dry
+	holding.Unused = 1
+	expect(t, "fixed: no second unit for a replica holding one", sync1(t, st, "a", holding).Credit, 1)
+	expect(t, "fixed: the next dry replica's unit", sync1(t, st, "b", dry).Credit, 1)
+	expect(t, "fixed: the last unit", sync1(t, st, "c", dry).Credit, 1)
+	expect(t, "fixed: nothing left", sync1(t, st, "d", dry).Credit, 0)
+	dry.Want = 0
+	expect(t, "fixed: no unit for a replica that wants none", sync1(t, st, "e", dry).Credit, 0)
 }
 
 func testTokenBucket(t *testing.T, st limiter.Store) {

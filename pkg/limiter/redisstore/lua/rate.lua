@@ -174,6 +174,9 @@ local free = avail - kept
 if share <= 0 or share > 1 then share = 1 end
 if nrep < 1 then nrep = 1 end
 local grant = math.min(want, idiv(math.floor(share * free), nrep))
+if grant == 0 and kept == 0 and want > 0 and alg == 0 and math.floor(share * free) > 0 then
+  grant = 1 -- a fixed window's last units go to the replicas that run dry
+end
 if waiting > grant then grant = math.max(grant, math.min(waiting, free)) end
 
 -- 7. record the reservation.
