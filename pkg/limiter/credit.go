@@ -27,7 +27,8 @@ type creditState struct {
 	kicked      atomic.Bool  // a sync was asked for
 	lastUse     atomic.Int64 // local ns of the last decision
 
-	view atomic.Pointer[storeView] // the store's state after the last sync; nil: cold
+	view    atomic.Pointer[storeView]   // the store's state after the last sync; nil: cold
+	summary atomic.Pointer[viewSummary] // fixed windows: the view, summed up for now
 
 	mu        sync.Mutex
 	key       string
@@ -51,47 +52,6 @@ type creditState struct {
 	fallback     []WindowState // local windows while degraded (fail-static)
 }
 
-// storeView is the store's answer to a key's last sync, immutable once
-// published, so decisions read it without a lock.
-type storeView struct {
-	windows []WindowState // time in µs
-	others  uint64        // other replicas' reservations
-	// ends[i] is the store instant (µs) fixed window i ends: until then
-	// it has Limit − Cur units left, and for one period after it Limit,
-	// so a decision is described with no division.
-	ends []int64
-}
-
-// newView publishes a store reply for windows ws (periods in µs).
-func newView(ws []Window, a Algorithm, windows []WindowState, others uint64) *storeView {
-	v := &storeView{windows: windows, others: others}
-	if a == FixedWindow {
-		v.ends = make([]int64, len(ws))
-		for i, w := range ws {
-			v.ends[i] = (windows[i].Epoch + 1) * int64(w.Period)
-		}
-	}
-	return v
-}
-
-// fixedAt is fixed window i's remaining units (before pending hits) and
-// time to reset at store instant snow, when snow lies in the viewed
-// window or the one after it; ok is false otherwise.
-func (v *storeView) fixedAt(w Window, i int, snow int64) (rem uint64, reset int64, ok bool) {
-	if v == nil || v.ends == nil {
-		return 0, 0, false
-	}
-	end, p := v.ends[i], int64(w.Period)
-	switch {
-	case snow < end-p:
-	case snow < end:
-		return satSub(w.Limit, v.windows[i].Cur), end - snow, true
-	case snow < end+p:
-		return w.Limit, end + p - snow, true
-	}
-	return 0, 0, false
-}
-
 // waiter is a request that found no credit and waits for a sync.
 type waiter struct {
 	n    int64
@@ -100,7 +60,7 @@ type waiter struct {
 
 // creditDecide decides one request of a shared rule. A dry run charges
 // nothing.
-func (l *Limiter) creditDecide(cs *creditState, r *Request, hits uint64, now int64, dry bool) Result {
+func (l *Limiter) creditDecide(res *Result, cs *creditState, r *Request, hits uint64, now int64, dry bool) {
 	if now-cs.lastUse.Load() > int64(tick) { // one write per tick keeps the line shared
 		cs.lastUse.Store(now)
 	}
@@ -111,27 +71,34 @@ func (l *Limiter) creditDecide(cs *creditState, r *Request, hits uint64, now int
 			cs.credit.Add(n)
 			cs.hits.Add(-n)
 		}
-		return l.viewResult(cs, now, true, 0, 0)
+		l.viewResult(res, cs, now, true, 0)
+		return
 	case r.Op == Check:
 		n = 1
 		if cs.credit.Load() >= 1 && now < cs.backedTo.Load() {
-			return l.viewResult(cs, now, true, 0, 0)
+			l.viewResult(res, cs, now, true, 0)
+			return
 		}
 		ok, wait := l.viewAdmits(cs, now, 1)
-		return l.viewResult(cs, now, ok, wait, 1)
+		l.viewResult(res, cs, now, ok, wait)
+		return
 	case dry:
 		ok, wait := l.viewAdmits(cs, now, n)
-		return l.viewResult(cs, now, ok || (cs.credit.Load() >= n && now < cs.backedTo.Load()), wait, n)
+		l.viewResult(res, cs, now, ok || (cs.credit.Load() >= n && now < cs.backedTo.Load()), wait)
+		return
 	}
 	if uint64(n) > cs.capacity {
-		return l.viewResult(cs, now, false, Never, n)
+		l.viewResult(res, cs, now, false, Never)
+		return
 	}
 	if l.degraded(r.Rule, now) {
-		return l.degradedDecide(cs, r.Rule, n, now)
+		*res = l.degradedDecide(cs, r.Rule, n, now)
+		return
 	}
 	if now < cs.deniedTo.Load() {
 		_, wait := l.viewAdmits(cs, now, n)
-		return l.viewResult(cs, now, false, wait, n)
+		l.viewResult(res, cs, now, false, wait)
+		return
 	}
 	if now < cs.backedTo.Load() {
 		if c := cs.credit.Add(-n); c >= cs.reserve.Load() {
@@ -141,11 +108,12 @@ func (l *Limiter) creditDecide(cs *creditState, r *Request, hits uint64, now int
 				// with the other keys; only waiters wake the loop at once.
 				l.enqueue(cs)
 			}
-			return l.viewResult(cs, now, true, 0, 0)
+			l.viewResult(res, cs, now, true, 0)
+			return
 		}
 		cs.credit.Add(n)
 	}
-	return l.wait(cs, r.Rule, n, now)
+	*res = l.wait(cs, r.Rule, n, now)
 }
 
 // undoCredit takes back an admission of a denied batch.
@@ -204,7 +172,8 @@ func (l *Limiter) wait(cs *creditState, rule *Rule, n int64, now int64) Result {
 			wait = max(wait, rule.Tuning.syncInterval())
 		}
 	}
-	res := l.viewResult(cs, now, ok, wait, n)
+	var res Result
+	l.viewResult(&res, cs, now, ok, wait)
 	res.Mode = ModeOverrun
 	return res
 }
@@ -238,7 +207,8 @@ func (l *Limiter) afterWait(cs *creditState, ok bool, n int64, cold bool) Result
 	if !ok {
 		_, wait = l.viewAdmits(cs, now, n)
 	}
-	res := l.viewResult(cs, now, ok, wait, n)
+	var res Result
+	l.viewResult(&res, cs, now, ok, wait)
 	res.Mode = mode
 	return res
 }
@@ -316,49 +286,6 @@ func (cs *creditState) viewWait(snow int64, n int64) time.Duration {
 		}
 	}
 	return longest
-}
-
-// viewResult describes a decision from the last view: the most
-// restrictive window's limit, what is left of it, and the reset.
-func (l *Limiter) viewResult(cs *creditState, now int64, ok bool, wait time.Duration, n int64) Result {
-	rule := cs.rule
-	res := Result{Allowed: ok}
-	snow := l.storeNow(now)
-	v := cs.view.Load()
-	pending := uint64(max(cs.hits.Load(), 0))
-	if v != nil {
-		pending += v.others
-	}
-	for i, w := range cs.ws {
-		var rem uint64
-		var reset time.Duration
-		if r, rs, ok := v.fixedAt(w, i, snow); ok {
-			rem, reset = satSub(r, pending), time.Duration(rs)*time.Microsecond
-		} else {
-			var c WindowState
-			if v != nil {
-				c = v.windows[i]
-			}
-			rem = satSub(c.Remaining(w, rule.Algorithm, snow), pending)
-			reset = c.UntilReset(w, rule.Algorithm, snow) * time.Microsecond
-		}
-		if i == 0 || rem < res.Remaining {
-			res.Limit, res.Period, res.Remaining, res.Reset = w.Limit, rule.Windows[i].Period, rem, reset
-		}
-	}
-	return finishView(res, ok, wait)
-}
-
-// finishView turns a described decision into a denial's when !ok.
-func finishView(res Result, ok bool, wait time.Duration) Result {
-	if !ok {
-		if wait == Never || wait <= 0 {
-			wait = max(res.Reset, time.Microsecond)
-		}
-		res.RetryAfter, res.Reset = wait, wait
-		res.Remaining = 0
-	}
-	return res
 }
 
 func minCapacity(r *Rule) uint64 {

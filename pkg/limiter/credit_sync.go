@@ -132,7 +132,7 @@ func (l *Limiter) apply(cs *creditState, r *SyncResult) {
 	cs.grant.Store(int64(r.Credit))
 	cs.reserve.Store(int64(r.Credit) / reserveShare)
 	cs.backedTo.Store(cs.sentAt + int64(lease) - int64(cs.rule.Tuning.syncInterval()))
-	cs.view.Store(newView(cs.ws, cs.rule.Algorithm, r.Windows, r.Others))
+	cs.view.Store(newView(r.Windows, r.Others))
 	cs.inflight, cs.lastSync = false, now
 	cs.serveWaiters()
 	cs.refreshOverrun(l, now)

@@ -63,28 +63,41 @@ func TestTableHashClash(t *testing.T) {
 	}
 }
 
-// TestViewFixedAtMatchesWindowMaths checks the division-free description
-// of fixed windows against WindowState's maths at random instants.
-func TestViewFixedAtMatchesWindowMaths(t *testing.T) {
+// TestViewSummaryMatchesDescription checks the summed-up description of
+// fixed windows against the general one, window by window, at random
+// instants, views and pending units, reusing summaries as the hot path
+// does.
+func TestViewSummaryMatchesDescription(t *testing.T) {
 	rng := rand.New(rand.NewPCG(1, 2))
-	for range 20000 {
-		w := Window{Limit: 1 + rng.Uint64N(100), Period: time.Duration(1 + rng.Int64N(5000))}
-		p := int64(w.Period)
-		c := WindowState{Epoch: rng.Int64N(1000), Cur: rng.Uint64N(120)}
-		v := newView([]Window{w}, FixedWindow, []WindowState{c}, 0)
-		snow := c.Epoch*p - 3*p + rng.Int64N(7*p)
-		rem, reset, ok := v.fixedAt(w, 0, snow)
-		if !ok {
-			if snow >= c.Epoch*p && snow < (c.Epoch+2)*p {
-				t.Fatalf("%+v at %d: not described", c, snow)
+	l := New()
+	for range 3000 {
+		rule := &Rule{Algorithm: FixedWindow}
+		for range 1 + rng.IntN(3) {
+			rule.Windows = append(rule.Windows, Window{Limit: 1 + rng.Uint64N(100),
+				Period: time.Duration(1+rng.Int64N(5000)) * time.Microsecond})
+		}
+		cs := &creditState{rule: rule, ws: storeWindows(rule.Windows)}
+		snow := 1e6 + rng.Int64N(1e6)
+		v := &storeView{others: rng.Uint64N(20)}
+		for _, w := range cs.ws {
+			p := int64(w.Period)
+			v.windows = append(v.windows, WindowState{Epoch: snow/p - rng.Int64N(3), Cur: rng.Uint64N(120)})
+		}
+		cs.view.Store(v)
+		cs.hits.Store(rng.Int64N(30) - 5)
+		for range 20 {
+			snow += rng.Int64N(2000)
+			pending := uint64(max(cs.hits.Load(), 0)) + v.others
+			ok := rng.IntN(4) > 0
+			got := Result{Limit: 7, Remaining: 7, Reset: 7, RetryAfter: 7, Mode: ModeSync} // a reused slot
+			l.viewResult(&got, cs, snow*1000, ok, 0)
+			want := Result{Allowed: ok}
+			if cs.describe(&want, v, snow, pending); !ok {
+				deny(&want, 0)
 			}
-			continue
-		}
-		if want := c.Remaining(w, FixedWindow, snow); rem != want {
-			t.Fatalf("%+v %v at %d: remaining %d, want %d", c, w, snow, rem, want)
-		}
-		if want := c.UntilReset(w, FixedWindow, snow); time.Duration(reset) != want {
-			t.Fatalf("%+v %v at %d: reset %d, want %v", c, w, snow, reset, want)
+			if got != want {
+				t.Fatalf("windows %v, view %+v, pending %d at %d: %+v, want %+v", cs.ws, v.windows, pending, snow, got, want)
+			}
 		}
 	}
 }

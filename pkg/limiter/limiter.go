@@ -173,10 +173,10 @@ func (l *Limiter) Decide(reqs []Request, out []Result) (bool, error) {
 	for i := range reqs {
 		r := &reqs[i]
 		if deny >= 0 && r.Op != Refund {
-			out[i] = l.decideOne(r, now, true)
+			l.decideOne(&out[i], r, now, true)
 			continue
 		}
-		out[i] = l.decideOne(r, now, false)
+		l.decideOne(&out[i], r, now, false)
 		if !out[i].Allowed && !r.Shadow && deny < 0 {
 			deny = i
 		}
@@ -188,17 +188,20 @@ func (l *Limiter) Decide(reqs []Request, out []Result) (bool, error) {
 	return false, nil
 }
 
-// decideOne applies one request to its key. A dry run charges nothing.
-func (l *Limiter) decideOne(r *Request, now int64, dry bool) Result {
+// decideOne applies one request to its key and writes its result to
+// res. A dry run charges nothing.
+func (l *Limiter) decideOne(res *Result, r *Request, now int64, dry bool) {
 	if r.Rule == nil {
-		return Result{Allowed: true}
+		*res = Result{Allowed: true}
+		return
 	}
 	hits := r.Hits
 	if hits == 0 && r.Op == Charge {
 		hits = 1
 	}
 	if l.store != nil && !r.Rule.Tuning.localOnly() {
-		return l.creditDecide(l.creditFor(r.Key, r.Rule, now), r, hits, now, dry)
+		l.creditDecide(res, l.creditFor(r.Key, r.Rule, now), r, hits, now, dry)
+		return
 	}
 	e := l.keys.lock(r.Key, r.Rule)
 	defer e.mu.Unlock()
@@ -207,10 +210,12 @@ func (l *Limiter) decideOne(r *Request, now int64, dry bool) Result {
 		for i, w := range r.Rule.Windows {
 			e.counters[i].Refund(w, r.Rule.Algorithm, now, hits)
 		}
-		return l.finish(e, r.Rule, now, true, 0)
+		l.finish(res, e, r.Rule, now, true, 0)
+		return
 	case Check:
 		wt := waitAll(e.counters, r.Rule, now, 1)
-		return l.finish(e, r.Rule, now, wt == 0, wt)
+		l.finish(res, e, r.Rule, now, wt == 0, wt)
+		return
 	}
 	wt := waitAll(e.counters, r.Rule, now, hits)
 	if !dry && (wt == 0 || r.Rule.AlwaysCharge) {
@@ -218,7 +223,7 @@ func (l *Limiter) decideOne(r *Request, now int64, dry bool) Result {
 			e.counters[i].Charge(w, r.Rule.Algorithm, now, hits)
 		}
 	}
-	return l.finish(e, r.Rule, now, wt == 0, wt)
+	l.finish(res, e, r.Rule, now, wt == 0, wt)
 }
 
 // waitAll is the longest wait over the rule's windows for n units.
@@ -230,10 +235,10 @@ func waitAll(cs []WindowState, rule *Rule, now int64, n uint64) time.Duration {
 	return longest
 }
 
-// finish fills a Result from the key's state after the decision and
-// records when the key becomes fresh. e.mu must be held.
-func (l *Limiter) finish(e *entry, rule *Rule, now int64, allowed bool, wt time.Duration) Result {
-	res := Result{Allowed: allowed}
+// finish fills res from the key's state after the decision and records
+// when the key becomes fresh. e.mu must be held.
+func (l *Limiter) finish(res *Result, e *entry, rule *Rule, now int64, allowed bool, wt time.Duration) {
+	res.Allowed, res.RetryAfter, res.Mode = allowed, 0, ModeLocal
 	var fresh int64
 	for i, w := range rule.Windows {
 		c := e.counters[i]
@@ -249,7 +254,6 @@ func (l *Limiter) finish(e *entry, rule *Rule, now int64, allowed bool, wt time.
 		res.RetryAfter = finiteWait(wt, e.counters, rule, now)
 		res.Reset = res.RetryAfter
 	}
-	return res
 }
 
 // finiteWait replaces Never (a request larger than a window can hold) by
@@ -281,7 +285,7 @@ func (l *Limiter) rollback(reqs []Request, out []Result, now int64) {
 		for j, w := range r.Rule.Windows {
 			e.counters[j].Refund(w, r.Rule.Algorithm, now, hits) // charged at this same instant
 		}
-		out[i] = l.finish(e, r.Rule, now, true, 0)
+		l.finish(&out[i], e, r.Rule, now, true, 0)
 		e.mu.Unlock()
 	}
 }

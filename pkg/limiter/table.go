@@ -42,14 +42,15 @@ type shard struct {
 // entry is one key's state. mu guards every field but fresh, which the
 // sweeper reads without it.
 type entry struct {
-	mu       sync.Mutex
+	// The lookup's fields first, on one cache line with the credit state.
 	key      string
-	hash     uint64 // of key, with the table's seed
+	hash     uint64                      // of key, with the table's seed
+	cs       atomic.Pointer[creditState] // set for rules shared through a store
+	fresh    atomic.Int64                // ns instant from which the state equals a new key's
+	mu       sync.Mutex
 	rule     *Rule
 	counters []WindowState
-	dead     bool                        // removed from the table; look the key up again
-	fresh    atomic.Int64                // ns instant from which the state equals a new key's
-	cs       atomic.Pointer[creditState] // set for rules shared through a store
+	dead     bool // removed from the table; look the key up again
 }
 
 func newTable() *table {
