@@ -48,7 +48,8 @@ type creditState struct {
 	lastSync     int64 // local ns of the last completed sync
 	nextSync     int64 // local ns when the key is next due
 	rate         float64
-	busy         bool
+	busy         bool          // syncs every sync interval: a window is over half used, or requests wait
+	tight        bool          // over half of a window is used or reserved: credit is held only to its end
 	fallback     []WindowState // local windows while degraded (fail-static)
 }
 

@@ -82,7 +82,7 @@ func (cs *creditState) want(now, snow, pushed int64) uint64 {
 	if cs.busy {
 		horizon = cs.rule.Tuning.syncInterval().Seconds()
 	}
-	if cs.busy && cs.rule.Algorithm == FixedWindow {
+	if cs.tight && cs.rule.Algorithm == FixedWindow {
 		for _, w := range cs.ws {
 			p := int64(w.Period)
 			horizon = min(horizon, float64((snow/p+1)*p-snow)/1e6)
@@ -98,7 +98,7 @@ func (cs *creditState) want(now, snow, pushed int64) uint64 {
 // The units leave the hot path's reach before the round reports the
 // smaller reservation. cs.mu must be held.
 func (cs *creditState) handBack(want uint64) {
-	if !cs.busy || cs.rule.Algorithm != FixedWindow || len(cs.waiters) > 0 {
+	if !cs.tight || cs.rule.Algorithm != FixedWindow || len(cs.waiters) > 0 {
 		return
 	}
 	for {
@@ -136,7 +136,9 @@ func (l *Limiter) apply(cs *creditState, r *SyncResult) {
 	cs.inflight, cs.lastSync = false, now
 	cs.serveWaiters()
 	cs.refreshOverrun(l, now)
-	cs.busy = len(cs.waiters) > 0 || cs.halfUsed(l.storeNow(now), l.replicas.Load() > 1)
+	snow := l.storeNow(now)
+	cs.busy = len(cs.waiters) > 0 || cs.halfUsed(snow, false)
+	cs.tight = cs.busy || cs.halfUsed(snow, true) && l.replicas.Load() > 1
 	interval := quietInterval
 	if cs.busy {
 		interval = cs.rule.Tuning.syncInterval()
@@ -150,14 +152,13 @@ func (l *Limiter) apply(cs *creditState, r *SyncResult) {
 	}
 }
 
-// halfUsed reports whether over half of a window of the view is used or
-// reserved, this replica's credit included when others share the key
-// (it is what they could be short of). cs.mu must be held.
-func (cs *creditState) halfUsed(snow int64, shared bool) bool {
+// halfUsed reports whether over half of a window of the view is used,
+// or with reserved, used or reserved by any replica. cs.mu must be held.
+func (cs *creditState) halfUsed(snow int64, reserved bool) bool {
 	v := cs.view.Load()
-	held := v.others
-	if shared {
-		held = satAdd(held, uint64(max(cs.credit.Load(), 0)))
+	var held uint64
+	if reserved {
+		held = satAdd(v.others, uint64(max(cs.credit.Load(), 0)))
 	}
 	for i, w := range cs.ws {
 		capacity := w.Capacity(cs.rule.Algorithm)
