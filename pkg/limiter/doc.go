@@ -23,7 +23,11 @@
 // limit. A request that finds no credit waits for a round at most the
 // rule's StoreTimeout; past it, it is admitted from the quarter of the
 // credit the hot path holds back for late rounds (still covered by the
-// reservation), or denied. When the
+// reservation), or denied. Credit is asked for at half spent, sized from
+// the key's rate; once over half of a fixed window is used or reserved, a
+// replica holds credit only to the window's end and hands the rest back,
+// and the store gives a replica that runs dry one unit of a budget too
+// small to split, so at 0.9× of a limit almost no request waits. When the
 // store has been unreachable for the rule's CacheTTL, each replica enforces
 // ⌈L/N⌉ (or admits all, FailOpen) and pushes its admits on recovery.
 //
@@ -36,8 +40,8 @@
 // bounded by the keys active within their windows, not by every key seen.
 //
 // Concurrency. A Limiter is safe for concurrent use. Keys live in a sharded
-// table: a lookup takes a shard's read lock, a local decision takes its
-// key's own lock, a credit decision only atomics; no lock is shared by all
-// keys. The zero Limiter is not usable; build one with New. Run owns the
+// table whose lookups take no lock once a key is published to its shard's
+// read map; a local decision takes its key's own lock, a credit decision
+// only atomics; no lock is shared by all keys. The zero Limiter is not usable; build one with New. Run owns the
 // only goroutines a Limiter starts and returns once they have stopped.
 package limiter

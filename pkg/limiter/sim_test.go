@@ -200,33 +200,40 @@ func TestSimLastMile(t *testing.T) {
 // TestSimEarlySyncAvoidsWaiting: at 0.9× of the limit, 45 requests in
 // every second spread over 2, 4 or 8 replicas (callers making one request
 // a second each), nothing is denied once the key is warm and under 1 % of
-// all requests find no credit and wait for a sync round. The first
-// second runs on cold rate guesses (the cold-start row bounds it); it is
-// logged.
+// all requests find no credit and wait for a sync round, for fixed windows
+// and token buckets. The first second runs on cold rate guesses (the
+// cold-start row bounds it); it is logged.
+//
+// Sliding windows are not held to it: at a steady 0.9× the budget left
+// free at any instant is the 10 % slack, 5 units here, and split over 4 or
+// more replicas it leaves most of them none, so most requests wait a round
+// for a unit (measured 77 % with 4 replicas, 97 % with 8; none denied).
 func TestSimEarlySyncAvoidsWaiting(t *testing.T) {
 	const secs = 30
-	for _, reps := range []int{2, 4, 8} {
-		callers := func(i int) int { // 45 in all, the first replicas one more
-			return 45/reps + min(1, max(0, 45%reps-i))
-		}
-		r := sim{rule: perSecond(50), replicas: reps, callersOf: callers,
-			pace: func(int) time.Duration { return time.Second }, duration: secs * time.Second}.run(t)
-		var total, waited uint64
-		for _, n := range r.offered {
-			total += n
-		}
-		for _, l := range r.lims {
-			st := l.Stats()
-			waited += st.Decisions["sync"] + st.Decisions["cold"] + st.Decisions["overrun"]
-		}
-		t.Logf("%d replicas: offered per second %v, admitted %v", reps, seconds(r.offered, secs), seconds(r.admitted, secs))
-		t.Logf("%d replicas: %d of %d requests waited for a sync round (%.2f%%); %d denied, %d after the first second",
-			reps, waited, total, 100*float64(waited)/float64(total), r.denied, r.deniedInterior)
-		if r.deniedInterior > 0 {
-			t.Errorf("%d replicas: %d denials after the first second at 0.9× load", reps, r.deniedInterior)
-		}
-		if waited*100 >= total {
-			t.Errorf("%d replicas: %d of %d requests waited for a sync round", reps, waited, total)
+	for _, a := range []limiter.Algorithm{limiter.FixedWindow, limiter.TokenBucket} {
+		for _, reps := range []int{2, 4, 8} {
+			callers := func(i int) int { // 45 in all, the first replicas one more
+				return 45/reps + min(1, max(0, 45%reps-i))
+			}
+			r := sim{rule: perSecondWith(a, 50), replicas: reps, callersOf: callers,
+				pace: func(int) time.Duration { return time.Second }, duration: secs * time.Second}.run(t)
+			var total, waited uint64
+			for _, n := range r.offered {
+				total += n
+			}
+			for _, l := range r.lims {
+				st := l.Stats()
+				waited += st.Decisions["sync"] + st.Decisions["cold"] + st.Decisions["overrun"]
+			}
+			t.Logf("%v, %d replicas: offered per second %v, admitted %v", a, reps, seconds(r.offered, secs), seconds(r.admitted, secs))
+			t.Logf("%v, %d replicas: %d of %d requests waited for a sync round (%.2f%%); %d denied, %d after the first second",
+				a, reps, waited, total, 100*float64(waited)/float64(total), r.denied, r.deniedInterior)
+			if r.deniedInterior > 0 {
+				t.Errorf("%v, %d replicas: %d denials after the first second at 0.9× load", a, reps, r.deniedInterior)
+			}
+			if waited*100 >= total {
+				t.Errorf("%v, %d replicas: %d of %d requests waited for a sync round", a, reps, waited, total)
+			}
 		}
 	}
 }
