@@ -11,30 +11,32 @@ import (
 // hot path touches only the atomics: an admission is one add on credit and
 // one on hits. mu guards the rest, which the sync loop and waiters use.
 type creditState struct {
+	// The hot path's fields fill the first cache line (the struct's size
+	// class, 320 bytes, keeps it 64-byte aligned); the view and the
+	// capacity start the second.
 	credit   atomic.Int64 // units admissible locally now (backed by the reservation)
 	hits     atomic.Int64 // units admitted (negative: refunded) not yet pushed
 	backedTo atomic.Int64 // local ns until which the reservation backs credit
 	deniedTo atomic.Int64 // local ns until which an exhausted key denies locally
-	grant    atomic.Int64 // the last reservation, for early sync at half credit
-	// reserve is the part of the credit the hot path leaves to waiters
-	// whose sync round is late: they are still admitted from this
-	// replica's reservation.
-	reserve atomic.Int64
+	// grant is the last reservation: early sync comes at half of it, and
+	// the hot path leaves a quarter of it (reserveShare) to waiters whose
+	// sync round is late, still admitted from this replica's reservation.
+	grant    atomic.Int64
+	lastUse  atomic.Int64                // local ns of the last decision
+	summary  atomic.Pointer[viewSummary] // fixed windows: the view, summed up for now
+	capacity uint64                      // the smallest window's capacity: no request above it fits
+
+	view atomic.Pointer[storeView] // the store's state after the last sync; nil: cold
 	// overrunLeft is this replica's share of the budget the last view left
 	// free: what timed-out waiters may be admitted on that view when the
 	// store is usually fast and only this round was late.
 	overrunLeft atomic.Int64
-	kicked      atomic.Bool  // a sync was asked for
-	lastUse     atomic.Int64 // local ns of the last decision
-
-	view    atomic.Pointer[storeView]   // the store's state after the last sync; nil: cold
-	summary atomic.Pointer[viewSummary] // fixed windows: the view, summed up for now
+	kicked      atomic.Bool // a sync was asked for
 
 	mu        sync.Mutex
 	key       string
 	rule      *Rule
 	ws        []Window // rule.Windows with periods in µs, the store's unit
-	capacity  uint64   // the smallest window's capacity: no request above it fits
 	waiters   []*waiter
 	waiting   uint64 // units the waiters want
 	asked     uint64 // waiting units the in-flight sync asked for
@@ -102,9 +104,10 @@ func (l *Limiter) creditDecide(res *Result, cs *creditState, r *Request, hits ui
 		return
 	}
 	if now < cs.backedTo.Load() {
-		if c := cs.credit.Add(-n); c >= cs.reserve.Load() {
+		g := cs.grant.Load()
+		if c := cs.credit.Add(-n); c >= g/reserveShare {
 			cs.hits.Add(n)
-			if 2*c < cs.grant.Load() && cs.kicked.CompareAndSwap(false, true) {
+			if 2*c < g && cs.kicked.CompareAndSwap(false, true) {
 				// Early sync at half credit: due at the next tick, batched
 				// with the other keys; only waiters wake the loop at once.
 				l.enqueue(cs)

@@ -130,7 +130,6 @@ func (l *Limiter) apply(cs *creditState, r *SyncResult) {
 	now := l.now()
 	cs.credit.Add(int64(r.Credit) - cs.unused)
 	cs.grant.Store(int64(r.Credit))
-	cs.reserve.Store(int64(r.Credit) / reserveShare)
 	cs.backedTo.Store(cs.sentAt + int64(lease) - int64(cs.rule.Tuning.syncInterval()))
 	cs.view.Store(newView(r.Windows, r.Others))
 	cs.inflight, cs.lastSync = false, now

@@ -2,6 +2,7 @@ package limiter
 
 import (
 	"math/rand/v2"
+	"slices"
 	"strconv"
 	"testing"
 	"time"
@@ -87,6 +88,14 @@ func TestViewSummaryMatchesDescription(t *testing.T) {
 		cs.hits.Store(rng.Int64N(30) - 5)
 		for range 20 {
 			snow += rng.Int64N(2000)
+			if rng.IntN(4) == 0 { // a sync publishes a new view, as apply does
+				nv := &storeView{others: rng.Uint64N(20), windows: slices.Clone(v.windows)}
+				for i := range nv.windows {
+					nv.windows[i].Cur += rng.Uint64N(10)
+				}
+				v = nv
+				cs.view.Store(v)
+			}
 			pending := uint64(max(cs.hits.Load(), 0)) + v.others
 			ok := rng.IntN(4) > 0
 			got := Result{Limit: 7, Remaining: 7, Reset: 7, RetryAfter: 7, Mode: ModeSync} // a reused slot
