@@ -32,6 +32,9 @@ type creditState struct {
 	// store is usually fast and only this round was late.
 	overrunLeft atomic.Int64
 	kicked      atomic.Bool // a sync was asked for
+	// refunds are units refunded beyond this replica's unpushed admits,
+	// pushed as a negative hit ahead of the admits that follow them.
+	refunds atomic.Int64
 
 	mu        sync.Mutex
 	key       string
@@ -71,8 +74,7 @@ func (l *Limiter) creditDecide(res *Result, cs *creditState, r *Request, hits ui
 	switch {
 	case r.Op == Refund:
 		if !dry {
-			cs.credit.Add(n)
-			cs.hits.Add(-n)
+			cs.refund(n)
 		}
 		l.viewResult(res, cs, now, true, 0)
 		return
@@ -118,6 +120,25 @@ func (l *Limiter) creditDecide(res *Result, cs *creditState, r *Request, hits ui
 		cs.credit.Add(n)
 	}
 	*res = l.wait(cs, r.Rule, n, now)
+}
+
+// refund takes n units back. Those this replica admitted and has not
+// pushed yet return to its credit, which its reservation still covers;
+// the rest is pushed as a negative hit, freeing the store's budget (never
+// below an empty window or a full bucket) without handing this replica
+// credit that no reservation backs.
+func (cs *creditState) refund(n int64) {
+	for {
+		h := cs.hits.Load()
+		back := min(n, max(h, 0))
+		if cs.hits.CompareAndSwap(h, h-back) {
+			cs.credit.Add(back)
+			if n > back {
+				cs.refunds.Add(n - back)
+			}
+			return
+		}
+	}
 }
 
 // undoCredit takes back an admission of a denied batch.

@@ -37,7 +37,7 @@ func (cs *creditState) starvedInNewWindow(snow int64) bool {
 // needsSync: a key with nothing to push, no credit and no waiters has
 // nothing to say to the store. cs.mu must be held.
 func (cs *creditState) needsSync() bool {
-	return cs.hits.Load() != 0 || len(cs.late) > 0 || cs.credit.Load() > 0 || len(cs.waiters) > 0 ||
+	return cs.hits.Load() != 0 || cs.refunds.Load() != 0 || len(cs.late) > 0 || cs.credit.Load() > 0 || len(cs.waiters) > 0 ||
 		cs.kicked.Load() || cs.view.Load() == nil
 }
 
@@ -60,11 +60,7 @@ func (l *Limiter) prepare(cs *creditState, now int64) SyncItem {
 		it.Unused, it.Want = 0, 0 // idle: hand the reservation back
 		cs.unused = cs.credit.Load()
 	}
-	it.Hits = cs.late
-	cs.late = nil
-	if h != 0 {
-		it.Hits = append(it.Hits, Hit{At: l.storeNow(now), N: h})
-	}
+	it.Hits = cs.pushHits(h, l.storeNow(now))
 	return it
 }
 
@@ -109,6 +105,21 @@ func (cs *creditState) handBack(want uint64) {
 	}
 }
 
+// pushHits lists what a round pushes: the hits set aside before a window
+// boundary, the refunds, then the h hits admitted since, at snow. cs.mu
+// must be held.
+func (cs *creditState) pushHits(h, snow int64) []Hit {
+	hits := cs.late
+	cs.late = nil
+	if rf := cs.refunds.Swap(0); rf != 0 {
+		hits = append(hits, Hit{At: snow, N: -rf})
+	}
+	if h != 0 {
+		hits = append(hits, Hit{At: snow, N: h})
+	}
+	return hits
+}
+
 // abort puts back what a failed round took. The hits go back to the
 // counter: pushed after recovery they charge the window of that moment,
 // which is how an outage's admits are paid back.
@@ -116,7 +127,11 @@ func (cs *creditState) abort(it SyncItem) {
 	cs.mu.Lock()
 	defer cs.mu.Unlock()
 	for _, h := range it.Hits {
-		cs.hits.Add(h.N)
+		if h.N < 0 {
+			cs.refunds.Add(-h.N)
+		} else {
+			cs.hits.Add(h.N)
+		}
 	}
 	cs.inflight = false
 }

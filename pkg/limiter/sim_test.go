@@ -610,3 +610,31 @@ func TestSimOutagePayback(t *testing.T) {
 		}
 	}
 }
+
+// TestSimRefundStaysBacked: a refund of more units than the window holds
+// (is_negative_hits from Envoy, say) frees only what the window had used;
+// it must not hand the refunding replica credit that no reservation backs.
+func TestSimRefundStaysBacked(t *testing.T) {
+	for _, a := range algorithms {
+		rule := perSecondWith(a, 50)
+		pace := time.Second * 8 / 250 // 5× of 50/s over 2×4 callers
+		r := sim{rule: rule, replicas: 2, callers: 4, duration: 4 * time.Second,
+			pace: func(int) time.Duration { return pace },
+			during: func(r *simRun) {
+				time.Sleep(2*time.Second + time.Millisecond)
+				req := []limiter.Request{{Key: []byte("k|" + rule.Fingerprint()), Rule: rule, Hits: 100, Op: limiter.Refund}}
+				r.lims[0].Decide(req, make([]limiter.Result, 1))
+			}}.run(t)
+		t.Logf("%v: admitted per second %v", a, seconds(r.admitted, 4))
+		// One millisecond into second 2 the window held at most a unit or
+		// two, so that is all the refund may give back; a bucket it may
+		// refill, to its burst of 50 (then 50 more flow in over the second).
+		bound := uint64(50 + 2)
+		if a == limiter.TokenBucket {
+			bound += 50
+		}
+		if got := r.admitted[2]; got > bound {
+			t.Errorf("%v: second 2 admitted %d after a refund of 100 into a near-empty window", a, got)
+		}
+	}
+}

@@ -250,12 +250,9 @@ func (l *Limiter) shutdown() {
 	l.keys.eachCredit(func(_ *entry, cs *creditState) {
 		cs.mu.Lock()
 		defer cs.mu.Unlock()
-		h := cs.hits.Swap(0)
 		it := SyncItem{Key: cs.key, Algorithm: cs.rule.Algorithm, Windows: cs.rule.Windows,
 			Replicas: int(l.replicas.Load()), Lease: lease}
-		if h != 0 {
-			it.Hits = []Hit{{At: l.storeNow(now), N: h}}
-		}
+		it.Hits = cs.pushHits(cs.hits.Swap(0), l.storeNow(now))
 		items = append(items, it)
 		keys = append(keys, cs.key)
 	})
