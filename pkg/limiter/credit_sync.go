@@ -34,6 +34,15 @@ func (cs *creditState) starvedInNewWindow(snow int64) bool {
 	return v.windows[i].Epoch < snow/int64(cs.ws[i].Period) && 2*cs.credit.Load() < max(cs.grant.Load(), 1)
 }
 
+// holdsStill reports a key that has nothing to push, no waiter and one
+// unit of credit, at most, within a quiet interval of its last sync: its
+// busy interval would only refresh its view. cs.mu must be held.
+func (cs *creditState) holdsStill(now int64) bool {
+	c := cs.credit.Load()
+	return c >= 0 && c <= 1 && cs.hits.Load() == 0 && cs.refunds.Load() == 0 && len(cs.late) == 0 &&
+		now-cs.lastSync < int64(quietInterval)
+}
+
 // needsSync: a key with nothing to push, no credit and no waiters has
 // nothing to say to the store. cs.mu must be held.
 func (cs *creditState) needsSync() bool {

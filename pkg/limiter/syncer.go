@@ -212,7 +212,13 @@ func (l *Limiter) scanDue(now int64) []*creditState {
 		e.fresh.Store(math.MaxInt64)
 		interval := cs.nextSync - cs.lastSync
 		switch {
-		case cs.kicked.Load() || len(cs.waiters) > 0 || now >= cs.nextSync || starved:
+		case cs.kicked.Load() || len(cs.waiters) > 0 || starved:
+			cs.collected = true
+			due = append(due, cs)
+		case cs.holdsStill(now):
+			// Busy, but nothing to push and a unit in hand: the next
+			// request or the quiet interval syncs it.
+		case now >= cs.nextSync:
 			cs.collected = true
 			due = append(due, cs)
 		case now >= cs.nextSync-interval/10:
