@@ -179,12 +179,11 @@ if grant == 0 and kept == 0 and want > 0 and alg == 0 and math.floor(share * fre
 end
 if waiting > grant then grant = math.max(grant, math.min(waiting, free)) end
 
--- 7. record the reservation.
+-- 7. record the reservation (written with the windows below).
 local credit = kept + grant
 if credit > 0 then
   live[mine] = now + lease
-  redis.call('HSET', key, mine, fmt(credit) .. ' ' .. fmt(now + lease))
-else
+elseif live[mine] then
   live[mine] = nil
   redis.call('HDEL', key, mine)
 end
@@ -207,6 +206,11 @@ for _, exp in pairs(live) do expires = math.max(expires, exp) end
 -- Past 2^53 the state is not one the maths produce; never let it wrap
 -- into a past expiry.
 expires = math.min(math.max(expires, now + 1), MAXEXACT)
-redis.call('HSET', key, 'w', table.concat(enc, ','), 'x', fmt(expires))
+if credit > 0 then
+  redis.call('HSET', key, 'w', table.concat(enc, ','), 'x', fmt(expires),
+    mine, fmt(credit) .. ' ' .. fmt(now + lease))
+else
+  redis.call('HSET', key, 'w', table.concat(enc, ','), 'x', fmt(expires))
+end
 redis.call('PEXPIREAT', key, ceilms(expires))
 return out
