@@ -10,6 +10,7 @@ import (
 // lasts lease; N counts the replicas whose lease is live.
 const (
 	heartbeatEvery = time.Second
+	startupBeat    = 100 * time.Millisecond // heartbeat period in a replica's first second
 	lease          = 3 * time.Second
 	quietInterval  = time.Second // sync period of a quiet key
 	roundTimeout   = time.Second // bound on one background round trip
@@ -45,7 +46,8 @@ func (l *Limiter) runSync(ctx context.Context) {
 	t := time.NewTicker(tick)
 	defer t.Stop()
 	l.heartbeat(ctx)
-	lastBeat := l.now()
+	started := l.now()
+	lastBeat := started
 	for {
 		select {
 		case <-ctx.Done():
@@ -55,7 +57,14 @@ func (l *Limiter) runSync(ctx context.Context) {
 		case <-l.kickCh:
 		}
 		now := l.now()
-		if now-lastBeat >= int64(heartbeatEvery) {
+		every := int64(heartbeatEvery)
+		if now-started < int64(heartbeatEvery) {
+			// Replicas that start together see each other only from
+			// their second heartbeat; until then N is too small and the
+			// first keys' credit too generous.
+			every = int64(startupBeat)
+		}
+		if now-lastBeat >= every {
 			l.heartbeat(ctx)
 			lastBeat = now
 		}
