@@ -3,7 +3,6 @@ package redisstore_test
 import (
 	"context"
 	"fmt"
-	"os"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -18,15 +17,7 @@ import (
 // per descriptor, against a redis-server of its own. It reports Redis CPU
 // per 100k decisions, measured the same way.
 func TestRealtimeMeasureReferencePattern(t *testing.T) {
-	if os.Getenv("RLS_MEASURE") != "1" {
-		t.Skip("a measurement: set RLS_MEASURE=1 to run it")
-	}
-	seconds := 10
-	if s := os.Getenv("RLS_MEASURE_SECONDS"); s != "" {
-		if _, err := fmt.Sscan(s, &seconds); err != nil || seconds < 1 {
-			t.Fatalf("RLS_MEASURE_SECONDS=%q: want a positive number of seconds", s)
-		}
-	}
+	seconds := rtMeasureSeconds(t)
 	for _, sc := range []struct {
 		name string
 		keys int

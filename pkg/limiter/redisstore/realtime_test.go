@@ -897,15 +897,7 @@ func rtSpreadKeys(t *testing.T, c *redis.ClusterClient, st *redisstore.Store, ru
 // It asserts nothing and runs only with RLS_MEASURE=1 (RLS_MEASURE_SECONDS
 // sets the length of each scenario, 10 s by default).
 func TestRealtimeMeasureRedisLoad(t *testing.T) {
-	if os.Getenv("RLS_MEASURE") != "1" {
-		t.Skip("a measurement: set RLS_MEASURE=1 to run it")
-	}
-	seconds := 10
-	if s := os.Getenv("RLS_MEASURE_SECONDS"); s != "" {
-		if _, err := fmt.Sscan(s, &seconds); err != nil || seconds < 1 {
-			t.Fatalf("RLS_MEASURE_SECONDS=%q: want a positive number of seconds", s)
-		}
-	}
+	seconds := rtMeasureSeconds(t)
 	for _, sc := range []struct {
 		name  string
 		keys  int
@@ -970,6 +962,22 @@ func TestRealtimeMeasureRedisLoad(t *testing.T) {
 			f.logStats(t)
 		})
 	}
+}
+
+// rtMeasureSeconds skips a measurement unless RLS_MEASURE=1 and returns
+// how long it runs: RLS_MEASURE_SECONDS, 10 by default.
+func rtMeasureSeconds(t *testing.T) int {
+	t.Helper()
+	if os.Getenv("RLS_MEASURE") != "1" {
+		t.Skip("a measurement: set RLS_MEASURE=1 to run it")
+	}
+	seconds := 10
+	if s := os.Getenv("RLS_MEASURE_SECONDS"); s != "" {
+		if _, err := fmt.Sscan(s, &seconds); err != nil || seconds < 1 {
+			t.Fatalf("RLS_MEASURE_SECONDS=%q: want a positive number of seconds", s)
+		}
+	}
+	return seconds
 }
 
 // rtSentByClients tells the commands a client sends from those the
