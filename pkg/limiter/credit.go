@@ -15,7 +15,7 @@ type creditState struct {
 	// class, 320 bytes, keeps it 64-byte aligned); the view and the
 	// capacity start the second.
 	credit   atomic.Int64 // units admissible locally now (backed by the reservation)
-	hits     atomic.Int64 // units admitted (negative: refunded) not yet pushed
+	hits     atomic.Int64 // units admitted, not yet pushed
 	backedTo atomic.Int64 // local ns until which the reservation backs credit
 	deniedTo atomic.Int64 // local ns until which an exhausted key denies locally
 	// grant is the last reservation: early sync comes at half of it, and

@@ -75,9 +75,10 @@ func (l *Limiter) prepare(cs *creditState, now int64) SyncItem {
 
 // want sizes the credit to ask for from the key's rate until its next
 // regular sync (one sync interval when busy, a second when quiet), doubled,
-// at least what waiters need. For fixed windows the horizon ends with the
-// first window: credit held past it blocks the other replicas from that
-// window's last units, and the key syncs again when it starts.
+// at least what waiters need. For a tight fixed-window key the horizon
+// ends with the first window: credit held past it blocks the other
+// replicas from that window's last units, and the key syncs again when
+// the next one starts.
 func (cs *creditState) want(now, snow, pushed int64) uint64 {
 	if cs.lastSync > 0 && now > cs.lastSync {
 		sample := float64(max(pushed, 0)) / (float64(now-cs.lastSync) / 1e9)
@@ -95,11 +96,12 @@ func (cs *creditState) want(now, snow, pushed int64) uint64 {
 	}
 	w := uint64(math.Ceil(cs.rate * horizon * 2))
 	w = max(w, cs.waiting, 1)
-	return min(w, minCapacity(cs.rule))
+	return min(w, cs.capacity)
 }
 
-// handBack gives up the credit above want for a fixed window, so the
-// store can grant it to the replicas that need it before the window ends.
+// handBack gives up the credit above want for a tight fixed-window key,
+// so the store can grant it to the replicas that need it before the
+// window ends.
 // The units leave the hot path's reach before the round reports the
 // smaller reservation. cs.mu must be held.
 func (cs *creditState) handBack(want uint64) {
