@@ -195,7 +195,7 @@ local enc = {}
 local expires = 0
 for i = 1, nw do
   local s = st[i]
-  enc[i] = fmt(s.epoch) .. ' ' .. fmt(s.cur) .. ' ' .. fmt(s.prev) .. ' ' .. fmt(s.tat)
+  enc[i] = string.format('%d %d %d %d', s.epoch, s.cur, s.prev, s.tat)
   expires = math.max(expires, fresh_at(s, ws[i]))
   out[#out + 1] = s.epoch
   out[#out + 1] = s.cur
@@ -208,7 +208,7 @@ for _, exp in pairs(live) do expires = math.max(expires, exp) end
 expires = math.min(math.max(expires, now + 1), MAXEXACT)
 if credit > 0 then
   redis.call('HSET', key, 'w', table.concat(enc, ','), 'x', fmt(expires),
-    mine, fmt(credit) .. ' ' .. fmt(now + lease))
+    mine, string.format('%d %d', credit, now + lease))
 else
   redis.call('HSET', key, 'w', table.concat(enc, ','), 'x', fmt(expires))
 end
