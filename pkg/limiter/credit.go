@@ -35,6 +35,10 @@ type creditState struct {
 	// refunds are units refunded beyond this replica's unpushed admits,
 	// pushed as a negative hit ahead of the admits that follow them.
 	refunds atomic.Int64
+	// orphan: swept from the table (idle, holding nothing) while a
+	// decision may still hold it; that decision moves to the key's new
+	// state rather than wait for a sync this state will never get.
+	orphan atomic.Bool
 
 	mu        sync.Mutex
 	key       string
@@ -73,6 +77,9 @@ func (l *Limiter) creditDecide(res *Result, cs *creditState, r *Request, hits ui
 	n := int64(min(hits, math.MaxInt64/2))
 	switch {
 	case r.Op == Refund:
+		if cs.orphan.Load() {
+			cs = l.creditFor(r.Key, r.Rule, now)
+		}
 		if !dry {
 			cs.refund(n)
 		}
@@ -118,6 +125,10 @@ func (l *Limiter) creditDecide(res *Result, cs *creditState, r *Request, hits ui
 			return
 		}
 		cs.credit.Add(n)
+	}
+	if cs.orphan.Load() {
+		l.creditDecide(res, l.creditFor(r.Key, r.Rule, now), r, hits, now, dry)
+		return
 	}
 	*res = l.wait(cs, r.Rule, n, now)
 }

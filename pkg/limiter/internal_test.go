@@ -1,6 +1,7 @@
 package limiter
 
 import (
+	"context"
 	"math/rand/v2"
 	"slices"
 	"strconv"
@@ -110,3 +111,43 @@ func TestViewSummaryMatchesDescription(t *testing.T) {
 		}
 	}
 }
+
+// TestSweptCreditStateHandsOver: a decision that still holds a key's
+// credit state when the sweep removes it (idle, holding nothing) moves to
+// the key's new state instead of waiting on one no round will sync.
+func TestSweptCreditStateHandsOver(t *testing.T) {
+	l := New(WithStore(nopStore{}, "r"))
+	rule := &Rule{Windows: []Window{{Limit: 10, Period: time.Second}}}
+	key := []byte("k")
+	now := l.now()
+	old := l.creditFor(key, rule, now)
+	old.credit.Store(0) // spent its cold share: nothing held
+	l.keys.get(key).fresh.Store(now)
+	if n := l.keys.sweep(now); n != 1 || !old.orphan.Load() {
+		t.Fatalf("sweep removed %d, orphan %v", n, old.orphan.Load())
+	}
+	var res Result
+	l.creditDecide(&res, old, &Request{Key: key, Rule: rule}, 1, now, false)
+	fresh := l.keys.get(key)
+	if fresh == nil || fresh.cs.Load() == old {
+		t.Fatal("the key has no new state after the sweep")
+	}
+	if !res.Allowed || old.hits.Load() != 0 || len(old.waiters) != 0 {
+		t.Fatalf("decided on the swept state: %+v, its hits %d", res, old.hits.Load())
+	}
+	if got := fresh.cs.Load().hits.Load(); got != 1 {
+		t.Fatalf("the new state holds %d hits, want 1", got)
+	}
+}
+
+// nopStore grants nothing and fails nothing: a store for tests that never
+// run a sync round.
+type nopStore struct{}
+
+func (nopStore) Sync(context.Context, string, []SyncItem, []SyncResult) error      { return nil }
+func (nopStore) SyncSlots(context.Context, string, []SlotItem, []SlotResult) error { return nil }
+func (nopStore) Heartbeat(context.Context, string, time.Duration) (Membership, error) {
+	return Membership{}, nil
+}
+func (nopStore) Release(context.Context, string, []string, []string) error { return nil }
+func (nopStore) Leave(context.Context, string) error                       { return nil }

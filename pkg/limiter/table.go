@@ -39,18 +39,19 @@ type shard struct {
 	_      [64]byte          // keep neighbouring shards off one cache line
 }
 
-// entry is one key's state. mu guards every field but fresh, which the
-// sweeper reads without it.
+// entry is one key's state. mu guards counters and rule; the atomics are
+// read without it. dead is set under both the shard's and the entry's
+// mutex.
 type entry struct {
-	// The lookup's fields first, on one cache line with the credit state.
+	// The lookup's fields first, on one cache line.
 	key      string
 	hash     uint64                      // of key, with the table's seed
 	cs       atomic.Pointer[creditState] // set for rules shared through a store
+	dead     atomic.Bool                 // swept from the table: look the key up again
 	fresh    atomic.Int64                // ns instant from which the state equals a new key's
 	mu       sync.Mutex
 	rule     *Rule
 	counters []WindowState
-	dead     bool // removed from the table; look the key up again
 }
 
 func newTable() *table {
@@ -79,7 +80,7 @@ func (t *table) lock(key []byte, rule *Rule) *entry {
 			e = t.insert(s, h, key, n)
 		}
 		e.mu.Lock()
-		if !e.dead {
+		if !e.dead.Load() {
 			if len(e.counters) != n {
 				e.counters = make([]WindowState, n)
 			}
@@ -99,10 +100,10 @@ func (t *table) get(key []byte) *entry {
 // lookup finds key, of hash h, in the read map without a lock, else in
 // the dirty map.
 func (s *shard) lookup(h uint64, key []byte) *entry {
-	if e := (*s.read.Load())[h]; e != nil && e.key == string(key) {
+	if e := (*s.read.Load())[h]; e != nil && e.key == string(key) && !e.dead.Load() {
 		return e
 	}
-	s.mu.Lock()
+	s.mu.Lock() // after a sweep of the shard, which publishes a map without the dead
 	defer s.mu.Unlock()
 	if e := (*s.read.Load())[h]; e != nil && e.key == string(key) { // merged meanwhile
 		return e
@@ -128,14 +129,14 @@ func (s *shard) missed() {
 func (s *shard) publish(read map[uint64]*entry, dirty map[string]*entry) {
 	merged := make(map[uint64]*entry, len(read)+len(dirty))
 	for h, e := range read {
-		if !e.dead {
+		if !e.dead.Load() {
 			merged[h] = e
 		}
 	}
 	clash := make(map[string]*entry)
 	for k, e := range dirty {
 		switch {
-		case e.dead:
+		case e.dead.Load():
 		case merged[e.hash] != nil:
 			clash[k] = e
 		default:
@@ -213,7 +214,10 @@ func (s *shard) sweep(now int64) int {
 		}
 		e.mu.Lock()
 		if e.fresh.Load() <= now {
-			e.dead = true
+			e.dead.Store(true)
+			if cs := e.cs.Load(); cs != nil {
+				cs.orphan.Store(true)
+			}
 			removed++
 		}
 		e.mu.Unlock()
@@ -243,7 +247,7 @@ func (t *table) each(prefix string, fn func(e *entry)) {
 				continue
 			}
 			e.mu.Lock()
-			if !e.dead {
+			if !e.dead.Load() {
 				fn(e)
 			}
 			e.mu.Unlock()
