@@ -152,12 +152,6 @@ func (cs *creditState) refund(n int64) {
 	}
 }
 
-// undoCredit takes back an admission of a denied batch.
-func undoCredit(cs *creditState, n int64) {
-	cs.credit.Add(n)
-	cs.hits.Add(-n)
-}
-
 // wait registers a request that found no credit, asks for a sync and waits
 // at most the rule's StoreTimeout. Past it the request is an overrun: it is
 // admitted from the credit the hot path holds back (a quarter of the last

@@ -278,7 +278,7 @@ func (l *Limiter) rollback(reqs []Request, out []Result, now int64) {
 		}
 		hits := max(r.Hits, 1)
 		if l.store != nil && !r.Rule.Tuning.localOnly() {
-			undoCredit(l.creditFor(r.Key, r.Rule, now), int64(hits))
+			l.creditFor(r.Key, r.Rule, now).refund(int64(hits)) // pushed meanwhile: a negative hit
 			continue
 		}
 		e := l.keys.lock(r.Key, r.Rule)

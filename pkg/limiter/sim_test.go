@@ -305,17 +305,22 @@ func (s *switchStore) Heartbeat(ctx context.Context, r string, lease time.Durati
 	return s.Store.Heartbeat(ctx, r, lease)
 }
 
+// outage takes the store down after from, for length, in a sim's bubble.
+func (s *switchStore) outage(from, length time.Duration) func(*simRun) {
+	return func(*simRun) {
+		time.Sleep(from)
+		s.down.Store(true)
+		time.Sleep(length)
+		s.down.Store(false)
+	}
+}
+
 func TestSimFailStatic(t *testing.T) {
 	st := &switchStore{Store: memstore.New(nil)}
 	pace := time.Second * 16 / 250 // 5× of 50/s
 	r := sim{rule: perSecond(50), replicas: 4, callers: 4, store: st, duration: 9 * time.Second,
-		pace: func(int) time.Duration { return pace },
-		during: func(r *simRun) {
-			time.Sleep(2 * time.Second)
-			st.down.Store(true)
-			time.Sleep(5 * time.Second)
-			st.down.Store(false)
-		}}.run(t)
+		pace:   func(int) time.Duration { return pace },
+		during: st.outage(2*time.Second, 5*time.Second)}.run(t)
 	t.Logf("admitted per second: %v", seconds(r.admitted, 9))
 	for sec := int64(0); sec < 9; sec++ {
 		if got := r.admitted[sec]; got > 50+4 {
@@ -592,13 +597,8 @@ func TestSimOutagePayback(t *testing.T) {
 		rule.Algorithm = alg
 		pace := time.Second * 16 / 250 // 5×
 		r := sim{rule: rule, replicas: 4, callers: 4, store: st, duration: 12 * time.Second,
-			pace: func(int) time.Duration { return pace },
-			during: func(r *simRun) {
-				time.Sleep(2 * time.Second)
-				st.down.Store(true)
-				time.Sleep(3 * time.Second)
-				st.down.Store(false)
-			}}.run(t)
+			pace:   func(int) time.Duration { return pace },
+			during: st.outage(2*time.Second, 3*time.Second)}.run(t)
 		var total uint64
 		for sec := int64(2); sec < 12; sec++ {
 			total += r.admitted[sec]
