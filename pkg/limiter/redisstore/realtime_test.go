@@ -668,20 +668,13 @@ func TestRealtimeRedisRestart(t *testing.T) {
 	var watchers sync.WaitGroup
 	defer func() { stopWatch(); watchers.Wait() }()
 	watchers.Go(func() {
-		tick := time.NewTicker(10 * time.Millisecond)
-		defer tick.Stop()
-		for {
-			select {
-			case <-watchCtx.Done():
-				return
-			case <-tick.C:
-			}
+		rtEvery(watchCtx, 10*time.Millisecond, func() {
 			for i, l := range f.lims {
 				if l.Stats().Degraded {
 					degradedSeen[i] = true
 				}
 			}
-		}
+		})
 	})
 
 	var calls []rtCall
@@ -703,16 +696,7 @@ func TestRealtimeRedisRestart(t *testing.T) {
 	watch := &rtWindowWatch{counts: map[int64]uint64{}}
 	admin := rtClient(t, addr)
 	watchers.Go(func() {
-		tick := time.NewTicker(10 * time.Millisecond)
-		defer tick.Stop()
-		for {
-			select {
-			case <-watchCtx.Done():
-				return
-			case <-tick.C:
-			}
-			watch.read(watchCtx, admin, redisKey)
-		}
+		rtEvery(watchCtx, 10*time.Millisecond, func() { watch.read(watchCtx, admin, redisKey) })
 	})
 
 	// Recovery: every replica healthy again.
@@ -961,6 +945,20 @@ func TestRealtimeMeasureRedisLoad(t *testing.T) {
 				cpu, cpu*1e3*1e5/float64(decided), 100*cpu/took.Seconds(), 100*idleRate, net*1e3*1e5/float64(decided))
 			f.logStats(t)
 		})
+	}
+}
+
+// rtEvery calls fn every d until ctx ends.
+func rtEvery(ctx context.Context, d time.Duration, fn func()) {
+	tick := time.NewTicker(d)
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+		}
+		fn()
 	}
 }
 
