@@ -200,16 +200,17 @@ func TestSimLastMile(t *testing.T) {
 // TestSimEarlySyncAvoidsWaiting: at 0.9× of the limit, 45 requests in
 // every second spread over 2, 4 or 8 replicas that start together
 // (callers making one request a second each), nothing is denied and under
-// 1 % of all requests find no credit and wait for a sync round, for fixed
-// windows and token buckets.
+// 1 % of all requests find no credit and wait for a sync round.
 //
-// Sliding windows are not held to it: at a steady 0.9× the budget left
-// free at any instant is the 10 % slack, 5 units here, and split over 4 or
-// more replicas it leaves most of them none, so most requests wait a round
-// for a unit (measured 77 % with 4 replicas, 97 % with 8; none denied).
+// A sliding window is held to the 1 % only while its slack gives every
+// replica a unit. At a steady 0.9× its count stays at 45 at every instant,
+// so what the replicas can hold as credit is the 10 % slack, 5 units: with
+// 8 replicas at least 3 hold none at any moment, and a request that comes
+// to one of them waits a round. With 2 or 4 replicas each keeps a unit in
+// hand (KeyRecord.sharesHeld).
 func TestSimEarlySyncAvoidsWaiting(t *testing.T) {
 	const secs = 30
-	for _, a := range []limiter.Algorithm{limiter.FixedWindow, limiter.TokenBucket} {
+	for _, a := range []limiter.Algorithm{limiter.FixedWindow, limiter.SlidingWindow, limiter.TokenBucket} {
 		for _, reps := range []int{2, 4, 8} {
 			callers := func(i int) int { // 45 in all, the first replicas one more
 				return 45/reps + min(1, max(0, 45%reps-i))
@@ -229,6 +230,9 @@ func TestSimEarlySyncAvoidsWaiting(t *testing.T) {
 				a, reps, waited, total, 100*float64(waited)/float64(total), r.denied, r.deniedInterior)
 			if r.denied > 0 {
 				t.Errorf("%v, %d replicas: %d denials at 0.9× load", a, reps, r.denied)
+			}
+			if a == limiter.SlidingWindow && 5/reps == 0 {
+				continue // fewer slack units than replicas: waits are logged above
 			}
 			if waited*100 >= total {
 				t.Errorf("%v, %d replicas: %d of %d requests waited for a sync round", a, reps, waited, total)
