@@ -59,7 +59,6 @@ type creditState struct {
 	rate         float64
 	busy         bool          // syncs every sync interval: a window is over half used, or requests wait
 	tight        bool          // over half of a window is used or reserved: credit is held only to its end
-	refill       bool          // a busy sliding-window key left without credit: due again when a unit frees
 	fallback     []WindowState // local windows while degraded (fail-static)
 }
 

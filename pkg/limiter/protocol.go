@@ -52,12 +52,9 @@ type Reservation struct {
 //     window, a replica that holds nothing and wants some gets one unit
 //     even when that split rounds to zero: the last units of a window go
 //     a unit at a time to the replicas that run dry, ahead of their next
-//     request. For a sliding window whose slack holds a unit for each
-//     replica, the share is ⌊share · (free + others) / N⌋ less what the
-//     replica keeps, on top of what its waiters need (see sharesHeld).
-//     (Otherwise sliding windows and buckets free units one at a time,
-//     and a unit handed out ahead of need would be taken from the retry
-//     a Retry-After promised it to, so they leave it to the last mile.)
+//     request. (Sliding windows and buckets free units one at a time, and
+//     a unit handed out ahead of need would be taken from the retry a
+//     Retry-After promised it to, so they leave it to the last mile.)
 //  6. last mile: when waiters need more than that split gives, grant them
 //     directly from what is left, whatever N;
 //  7. record the reservation (kept + granted) until now + lease.
@@ -89,10 +86,6 @@ func (r *KeyRecord) Sync(replica string, it *SyncItem, now int64) SyncResult {
 	kept := min(it.Unused, own, avail)
 	free := avail - kept
 	grant := min(it.Want, splitShare(free, it.Share, it.Replicas))
-	if r.sharesHeld(it, ws) {
-		fair := min(it.Want, satSub(splitShare(satAdd(avail, others), it.Share, it.Replicas), kept))
-		grant = max(grant, min(satAdd(fair, it.Waiting), free))
-	}
 	if grant == 0 && kept == 0 && it.Want > 0 && it.Algorithm == FixedWindow && splitShare(free, it.Share, 1) > 0 {
 		grant = 1
 	}
@@ -107,32 +100,6 @@ func (r *KeyRecord) Sync(replica string, it *SyncItem, now int64) SyncResult {
 	out := make([]WindowState, len(r.Windows))
 	copy(out, r.Windows)
 	return SyncResult{Credit: kept + grant, Others: others, Windows: out, Now: now}
-}
-
-// sharesHeld reports whether a replica's share of a sliding window is
-// reckoned of the budget the others hold too (see slackEach).
-func (r *KeyRecord) sharesHeld(it *SyncItem, ws []Window) bool {
-	return it.Algorithm == SlidingWindow && slackEach(ws, r.Windows, it.Share, it.Replicas)
-}
-
-// slackEach reports whether the slack each window's previous count left,
-// limit − prev, holds a unit for each of n replicas, and the previous
-// count stayed under 95 % of the limit. At a steady load near the limit,
-// a sliding window's free budget is that slack at every instant, which
-// the replicas hold as credit: split ⌊free/N⌋ of what the others have not
-// taken, it rounds to nothing for all but the first replica, and every
-// request waits a round. Reckoned of the whole slack, each replica keeps a
-// unit in hand. With less slack than replicas, units held ahead of need
-// would leave the requests of the replicas that hold none to be denied;
-// and a fuller window was over-subscribed, its room owed to the retries
-// its denials' Retry-After promised it to.
-func slackEach(ws []Window, s []WindowState, share float64, n int) bool {
-	for i, w := range ws {
-		if s[i].Prev*20 >= w.Limit*19 || splitShare(w.Limit-s[i].Prev, share, n) == 0 {
-			return false
-		}
-	}
-	return true
 }
 
 func (r *KeyRecord) charge(it *SyncItem, ws []Window, now int64) {

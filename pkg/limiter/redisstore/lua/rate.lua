@@ -168,31 +168,12 @@ for i = 1, nw do
   if avail == nil or r < avail then avail = r end
 end
 
--- 4-6. keep, split (for a sliding window, see sharesHeld), last mile.
+-- 4-6. keep, split, last mile.
 local kept = math.min(unused, own, avail)
 local free = avail - kept
 if share <= 0 or share > 1 then share = 1 end
 if nrep < 1 then nrep = 1 end
 local grant = math.min(want, idiv(math.floor(share * free), nrep))
-
--- slackEach: every window's previous count left a unit of slack for each
--- replica and stayed under 95 % of the limit.
-local function slack_each()
-  for i = 1, nw do
-    local prev, limit = st[i].prev, ws[i].limit
-    if prev * 20 >= limit * 19 or idiv(math.floor(share * (limit - prev)), nrep) == 0 then
-      return false
-    end
-  end
-  return true
-end
-
--- sharesHeld: a sliding window's share is reckoned of the budget the
--- others hold too.
-if alg == SLIDING and slack_each() then
-  local fair = math.min(want, satsub(idiv(math.floor(share * satadd(avail, others)), nrep), kept))
-  grant = math.max(grant, math.min(satadd(fair, waiting), free))
-end
 if grant == 0 and kept == 0 and want > 0 and alg == 0 and math.floor(share * free) > 0 then
   grant = 1 -- a fixed window's last units go to the replicas that run dry
 end
