@@ -28,7 +28,7 @@ var (
 
 // call is one script call of a round.
 type call struct {
-	key  string
+	keys []string
 	args []any
 }
 
@@ -65,7 +65,7 @@ func (s *Store) evalPipeline(ctx context.Context, script *redis.Script, calls []
 	pipe := s.c.Pipeline()
 	hash := script.Hash()
 	add := func(i int) {
-		cmds[i] = pipe.EvalSha(ctx, hash, []string{calls[i].key}, calls[i].args...)
+		cmds[i] = pipe.EvalSha(ctx, hash, calls[i].keys, calls[i].args...)
 	}
 	if idx == nil {
 		for i := range calls {

@@ -35,6 +35,9 @@ var (
 type Store struct {
 	c    rediser
 	keys keys
+	// batches: every key lives on the one server c talks to, so one
+	// script call may sync several.
+	batches bool
 }
 
 // Option configures a Store.
@@ -69,7 +72,8 @@ func New(client rediser, service string, opts ...Option) *Store {
 	if strings.ContainsAny(o.prefix, "{}") {
 		panic(fmt.Sprintf("redisstore: key prefix %q holds a brace", o.prefix))
 	}
-	return &Store{c: client, keys: newKeys(o.prefix, service)}
+	_, single := client.(*redis.Client)
+	return &Store{c: client, keys: newKeys(o.prefix, service), batches: single}
 }
 
 // maxExact is the largest integer every double in the scripts holds
@@ -82,8 +86,10 @@ func clampI(v int64) int64 { return max(min(v, maxExact), -maxExact) }
 
 func micros(d time.Duration) int64 { return int64(d / time.Microsecond) }
 
-// Sync applies items for replica in one pipeline, one rate script call
-// per item, and fills out[i] for items[i].
+// Sync applies items for replica in one pipeline and fills out[i] for
+// items[i]. On a single node (or Sentinel's master) one call of the rate
+// script syncs up to batchKeys keys; on a Cluster or Ring, whose keys
+// live on different nodes, each key has its own call.
 func (s *Store) Sync(ctx context.Context, replica string, items []limiter.SyncItem, out []limiter.SyncResult) error {
 	if len(items) == 0 {
 		return nil
@@ -91,24 +97,41 @@ func (s *Store) Sync(ctx context.Context, replica string, items []limiter.SyncIt
 	if len(out) < len(items) {
 		return errors.New("redisstore: sync: out shorter than items")
 	}
-	calls := make([]call, len(items))
 	for i := range items {
 		if err := checkItem(&items[i]); err != nil {
 			return fmt.Errorf("redisstore: sync %q: %w", items[i].Key, err)
 		}
-		calls[i] = call{key: s.keys.rate(items[i].Key), args: rateArgs(replica, &items[i])}
+	}
+	per := 1
+	if s.batches {
+		per = batchKeys
+	}
+	calls := make([]call, 0, (len(items)+per-1)/per)
+	for i := 0; i < len(items); i += per {
+		batch := items[i:min(i+per, len(items))]
+		c := call{keys: make([]string, len(batch)), args: []any{replica}}
+		for j := range batch {
+			c.keys[j] = s.keys.rate(batch[j].Key)
+			c.args = appendRateArgs(c.args, &batch[j])
+		}
+		calls = append(calls, c)
 	}
 	cmds, err := s.evalRound(ctx, rateScript, calls)
 	if err != nil {
 		return wrap("sync", err)
 	}
 	for i, c := range cmds {
-		if err := decodeSync(c, len(items[i].Windows), &out[i]); err != nil {
-			return fmt.Errorf("redisstore: sync %q: %w", items[i].Key, err)
+		if err := decodeSyncs(c, items[i*per:min((i+1)*per, len(items))], out[i*per:]); err != nil {
+			return err
 		}
 	}
 	return nil
 }
+
+// batchKeys is the most keys one rate script call syncs: enough to spread
+// the call's fixed cost, few enough that the script never holds Redis
+// for long.
+const batchKeys = 32
 
 // checkItem refuses what the maths cannot run: no window, a period under
 // the clock's microsecond, a token bucket without a rate.
@@ -127,10 +150,9 @@ func checkItem(it *limiter.SyncItem) error {
 	return nil
 }
 
-// rateArgs encodes an item as rate.lua reads it.
-func rateArgs(replica string, it *limiter.SyncItem) []any {
-	args := make([]any, 0, 10+3*len(it.Windows)+2*len(it.Hits))
-	args = append(args, replica, int(it.Algorithm), len(it.Windows))
+// appendRateArgs appends an item's arguments as rate.lua reads them.
+func appendRateArgs(args []any, it *limiter.SyncItem) []any {
+	args = append(args, int(it.Algorithm), len(it.Windows))
 	for _, w := range it.Windows {
 		args = append(args, micros(w.Period), clampU(w.Limit), clampU(w.Capacity(it.Algorithm)))
 	}
@@ -146,15 +168,35 @@ func rateArgs(replica string, it *limiter.SyncItem) []any {
 	return args
 }
 
-// decodeSync reads rate.lua's reply: now, credit, others, then epoch,
-// cur, prev and TAT per window.
-func decodeSync(c *redis.Cmd, windows int, out *limiter.SyncResult) error {
-	v, err := c.Int64Slice()
-	if err != nil {
-		return fmt.Errorf("reply: %w", err)
+// decodeSyncs reads one rate.lua reply, one entry per item, into out.
+func decodeSyncs(c *redis.Cmd, items []limiter.SyncItem, out []limiter.SyncResult) error {
+	v, err := c.Slice()
+	if err == nil && len(v) != len(items) {
+		err = fmt.Errorf("%d replies for %d keys", len(v), len(items))
 	}
-	if len(v) != 3+4*windows {
-		return fmt.Errorf("reply of %d values for %d windows", len(v), windows)
+	if err != nil {
+		return fmt.Errorf("redisstore: sync %q: reply: %w", items[0].Key, err)
+	}
+	for i := range items {
+		if err := decodeSync(v[i], len(items[i].Windows), &out[i]); err != nil {
+			return fmt.Errorf("redisstore: sync %q: %w", items[i].Key, err)
+		}
+	}
+	return nil
+}
+
+// decodeSync reads one key's reply: now, credit, others, then epoch, cur,
+// prev and TAT per window.
+func decodeSync(reply any, windows int, out *limiter.SyncResult) error {
+	r, ok := reply.([]any)
+	if !ok || len(r) != 3+4*windows {
+		return fmt.Errorf("reply %v for %d windows", reply, windows)
+	}
+	v := make([]int64, len(r))
+	for i, x := range r {
+		if v[i], ok = x.(int64); !ok {
+			return fmt.Errorf("reply %v for %d windows", reply, windows)
+		}
 	}
 	ws := make([]limiter.WindowState, windows)
 	for i := range ws {
@@ -176,7 +218,7 @@ func (s *Store) SyncSlots(ctx context.Context, replica string, items []limiter.S
 	calls := make([]call, len(items))
 	for i := range items {
 		it := &items[i]
-		calls[i] = call{key: s.keys.slots(it.Key), args: []any{
+		calls[i] = call{keys: []string{s.keys.slots(it.Key)}, args: []any{
 			replica, clampU(it.Max), clampU(it.Held), clampU(it.Want), micros(it.Lease),
 		}}
 	}
@@ -201,7 +243,7 @@ func (s *Store) SyncSlots(ctx context.Context, replica string, items []limiter.S
 // replicas.
 func (s *Store) Heartbeat(ctx context.Context, replica string, lease time.Duration) (limiter.Membership, error) {
 	cmds, err := s.evalRound(ctx, heartbeatScript, []call{{
-		key: s.keys.registry(), args: []any{replica, micros(lease)},
+		keys: []string{s.keys.registry()}, args: []any{replica, micros(lease)},
 	}})
 	if err != nil {
 		return limiter.Membership{}, wrap("heartbeat", err)

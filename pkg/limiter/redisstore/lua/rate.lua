@@ -1,35 +1,24 @@
--- rate: one replica's sync of one rate key, KeyRecord.Sync in package
--- limiter (the store's reference maths), applied at Redis TIME.
+-- rate: one replica's sync of one or more rate keys, KeyRecord.Sync in
+-- package limiter (the store's reference maths), all applied at one Redis
+-- TIME, as the reference store applies a round.
 --
--- KEYS[1]  the key's hash:
+-- KEYS[k]  the k-th key's hash:
 --            x      the record's expiry, µs (memstore's keyEntry.expires)
 --            w      window states, "epoch cur prev tat" per window,
 --                   separated by ","
 --            r:<id> replica id's reservation, "units expires(µs)"
--- ARGV     replica, algorithm (0 fixed, 1 sliding, 2 token bucket), n
---          windows, then per window: period(µs) limit capacity; unused,
---          want, waiting, share, replicas, lease(µs), n hits, then per
---          hit: at(µs) units (negative: a refund).
--- Reply    now, credit, others, then per window: epoch cur prev tat.
+-- ARGV     replica, then per key in turn: algorithm (0 fixed, 1 sliding,
+--          2 token bucket), n windows, then per window: period(µs) limit
+--          capacity; unused, want, waiting, share, replicas, lease(µs),
+--          n hits, then per hit: at(µs) units (negative: a refund).
+-- Reply    per key: now, credit, others, then per window: epoch cur prev
+--          tat.
 
 local FIXED, SLIDING, BUCKET = 0, 1, 2
 
-local key = KEYS[1]
-local replica = ARGV[1]
-local alg = tonumber(ARGV[2])
-local nw = tonumber(ARGV[3])
-local ws = {}
-local a = 4
-for i = 1, nw do
-  ws[i] = {p = tonumber(ARGV[a]), limit = tonumber(ARGV[a + 1]), cap = tonumber(ARGV[a + 2])}
-  a = a + 3
-end
-local unused, want, waiting = tonumber(ARGV[a]), tonumber(ARGV[a + 1]), tonumber(ARGV[a + 2])
-local share, nrep, lease = tonumber(ARGV[a + 3]), tonumber(ARGV[a + 4]), tonumber(ARGV[a + 5])
-local nh = tonumber(ARGV[a + 6])
-local hits = a + 7
-
 local now = clock()
+local replica = ARGV[1]
+local alg -- the algorithm of the key being synced
 
 -- WindowState.Roll
 local function roll(s, p)
@@ -107,110 +96,135 @@ local function fresh_at(s, w)
   return (s.epoch + 1) * w.p
 end
 
--- Load the record; an expired one is forgotten whole.
-local flat = redis.call('HGETALL', key)
-local rec = {}
-for i = 1, #flat, 2 do rec[flat[i]] = flat[i + 1] end
-if rec.x and tonumber(rec.x) <= now then
-  redis.call('DEL', key)
-  rec = {}
-end
-local st = {}
-local n = 0
-if rec.w then
-  for e, c, p, t in string.gmatch(rec.w, '(%-?%d+) (%d+) (%d+) (%-?%d+)') do
-    n = n + 1
-    st[n] = {epoch = tonumber(e), cur = tonumber(c), prev = tonumber(p), tat = tonumber(t)}
-  end
-end
-if n ~= nw then
-  st = {}
-  for i = 1, nw do st[i] = {epoch = 0, cur = 0, prev = 0, tat = 0} end
-end
-
--- 1. drop expired reservations; sum the others' live ones.
-local mine = 'r:' .. replica
-local own, others = 0, 0
-local live = {}
-for f, v in pairs(rec) do
-  if string.sub(f, 1, 2) == 'r:' then
-    local u, exp = parse_reservation(v)
-    if exp <= now then
-      redis.call('HDEL', key, f)
-    else
-      if f == mine then
-        own = u
-      else
-        others = satadd(others, u)
-      end
-      live[f] = exp
-    end
-  end
-end
-
--- 2. charge the hits, each to the window it was admitted in.
-for h = 0, nh - 1 do
-  local at, units = tonumber(ARGV[hits + 2 * h]), tonumber(ARGV[hits + 2 * h + 1])
+-- sync applies the item whose arguments start at ARGV[a] to key and
+-- returns its reply and where the next item's arguments start.
+local function sync(key, a)
+  alg = tonumber(ARGV[a])
+  local nw = tonumber(ARGV[a + 1])
+  local ws = {}
+  a = a + 2
   for i = 1, nw do
-    if units >= 0 then
-      charge_at(st[i], ws[i], at, units)
-    else
-      refund(st[i], ws[i], -units)
+    ws[i] = {p = tonumber(ARGV[a]), limit = tonumber(ARGV[a + 1]), cap = tonumber(ARGV[a + 2])}
+    a = a + 3
+  end
+  local unused, want, waiting = tonumber(ARGV[a]), tonumber(ARGV[a + 1]), tonumber(ARGV[a + 2])
+  local share, nrep, lease = tonumber(ARGV[a + 3]), tonumber(ARGV[a + 4]), tonumber(ARGV[a + 5])
+  local nh = tonumber(ARGV[a + 6])
+  local hits = a + 7
+  a = hits + 2 * nh
+
+  -- Load the record; an expired one is forgotten whole.
+  local flat = redis.call('HGETALL', key)
+  local rec = {}
+  for i = 1, #flat, 2 do rec[flat[i]] = flat[i + 1] end
+  if rec.x and tonumber(rec.x) <= now then
+    redis.call('DEL', key)
+    rec = {}
+  end
+  local st = {}
+  local n = 0
+  if rec.w then
+    for e, c, p, t in string.gmatch(rec.w, '(%-?%d+) (%d+) (%d+) (%-?%d+)') do
+      n = n + 1
+      st[n] = {epoch = tonumber(e), cur = tonumber(c), prev = tonumber(p), tat = tonumber(t)}
     end
   end
+  if n ~= nw then
+    st = {}
+    for i = 1, nw do st[i] = {epoch = 0, cur = 0, prev = 0, tat = 0} end
+  end
+
+  -- 1. drop expired reservations; sum the others' live ones.
+  local mine = 'r:' .. replica
+  local own, others = 0, 0
+  local live = {}
+  for f, v in pairs(rec) do
+    if string.sub(f, 1, 2) == 'r:' then
+      local u, exp = parse_reservation(v)
+      if exp <= now then
+        redis.call('HDEL', key, f)
+      else
+        if f == mine then
+          own = u
+        else
+          others = satadd(others, u)
+        end
+        live[f] = exp
+      end
+    end
+  end
+
+  -- 2. charge the hits, each to the window it was admitted in.
+  for h = 0, nh - 1 do
+    local at, units = tonumber(ARGV[hits + 2 * h]), tonumber(ARGV[hits + 2 * h + 1])
+    for i = 1, nw do
+      if units >= 0 then
+        charge_at(st[i], ws[i], at, units)
+      else
+        refund(st[i], ws[i], -units)
+      end
+    end
+  end
+
+  -- 3. avail = min over windows (remaining - others).
+  local avail
+  for i = 1, nw do
+    roll(st[i], ws[i].p)
+    local r = satsub(remaining(st[i], ws[i]), others)
+    if avail == nil or r < avail then avail = r end
+  end
+
+  -- 4-6. keep, split, last mile.
+  local kept = math.min(unused, own, avail)
+  local free = avail - kept
+  if share <= 0 or share > 1 then share = 1 end
+  if nrep < 1 then nrep = 1 end
+  local grant = math.min(want, idiv(math.floor(share * free), nrep))
+  if grant == 0 and kept == 0 and want > 0 and alg == 0 and math.floor(share * free) > 0 then
+    grant = 1 -- a fixed window's last units go to the replicas that run dry
+  end
+  if waiting > grant then grant = math.max(grant, math.min(waiting, free)) end
+
+  -- 7. record the reservation (written with the windows below).
+  local credit = kept + grant
+  if credit > 0 then
+    live[mine] = now + lease
+  elseif live[mine] then
+    live[mine] = nil
+    redis.call('HDEL', key, mine)
+  end
+
+  -- Save the windows and the record's expiry (KeyRecord.ExpiresAt, at
+  -- least now + 1 as in memstore).
+  local out = {now, credit, others}
+  local enc = {}
+  local expires = 0
+  for i = 1, nw do
+    local s = st[i]
+    enc[i] = string.format('%d %d %d %d', s.epoch, s.cur, s.prev, s.tat)
+    expires = math.max(expires, fresh_at(s, ws[i]))
+    out[#out + 1] = s.epoch
+    out[#out + 1] = s.cur
+    out[#out + 1] = s.prev
+    out[#out + 1] = s.tat
+  end
+  for _, exp in pairs(live) do expires = math.max(expires, exp) end
+  -- Past 2^53 the state is not one the maths produce; never let it wrap
+  -- into a past expiry.
+  expires = math.min(math.max(expires, now + 1), MAXEXACT)
+  if credit > 0 then
+    redis.call('HSET', key, 'w', table.concat(enc, ','), 'x', fmt(expires),
+      mine, string.format('%d %d', credit, now + lease))
+  else
+    redis.call('HSET', key, 'w', table.concat(enc, ','), 'x', fmt(expires))
+  end
+  redis.call('PEXPIREAT', key, ceilms(expires))
+  return out, a
 end
 
--- 3. avail = min over windows (remaining - others).
-local avail
-for i = 1, nw do
-  roll(st[i], ws[i].p)
-  local r = satsub(remaining(st[i], ws[i]), others)
-  if avail == nil or r < avail then avail = r end
+local replies = {}
+local a = 2
+for k = 1, #KEYS do
+  replies[k], a = sync(KEYS[k], a)
 end
-
--- 4-6. keep, split, last mile.
-local kept = math.min(unused, own, avail)
-local free = avail - kept
-if share <= 0 or share > 1 then share = 1 end
-if nrep < 1 then nrep = 1 end
-local grant = math.min(want, idiv(math.floor(share * free), nrep))
-if grant == 0 and kept == 0 and want > 0 and alg == 0 and math.floor(share * free) > 0 then
-  grant = 1 -- a fixed window's last units go to the replicas that run dry
-end
-if waiting > grant then grant = math.max(grant, math.min(waiting, free)) end
-
--- 7. record the reservation (written with the windows below).
-local credit = kept + grant
-if credit > 0 then
-  live[mine] = now + lease
-elseif live[mine] then
-  live[mine] = nil
-  redis.call('HDEL', key, mine)
-end
-
--- Save the windows and the record's expiry (KeyRecord.ExpiresAt, at
--- least now + 1 as in memstore).
-local out = {now, credit, others}
-local enc = {}
-local expires = 0
-for i = 1, nw do
-  local s = st[i]
-  enc[i] = string.format('%d %d %d %d', s.epoch, s.cur, s.prev, s.tat)
-  expires = math.max(expires, fresh_at(s, ws[i]))
-  out[#out + 1] = s.epoch
-  out[#out + 1] = s.cur
-  out[#out + 1] = s.prev
-  out[#out + 1] = s.tat
-end
-for _, exp in pairs(live) do expires = math.max(expires, exp) end
--- Past 2^53 the state is not one the maths produce; never let it wrap
--- into a past expiry.
-expires = math.min(math.max(expires, now + 1), MAXEXACT)
-if credit > 0 then
-  redis.call('HSET', key, 'w', table.concat(enc, ','), 'x', fmt(expires),
-    mine, string.format('%d %d', credit, now + lease))
-else
-  redis.call('HSET', key, 'w', table.concat(enc, ','), 'x', fmt(expires))
-end
-redis.call('PEXPIREAT', key, ceilms(expires))
-return out
+return replies
