@@ -24,8 +24,8 @@
 // forget it, so idle keys cost no memory.
 //
 // Scripts (embedded, loaded once, run with EVALSHA and reloaded on
-// NOSCRIPT): rate (one rate key's sync), slots (one concurrency key's
-// sync) and heartbeat (renew a lease, drop expired ones, count live
+// NOSCRIPT): rate (the sync of one or more rate keys at one TIME), slots
+// (one concurrency key's sync) and heartbeat (renew a lease, drop expired ones, count live
 // replicas). Release and Leave are plain HDEL and ZREM.
 //
 // Clock. Scripts read Redis TIME, in microseconds since the Unix epoch,
@@ -38,8 +38,11 @@
 // times saturate at 2^53 - 1 (where the reference saturates counts at
 // 2^64 and wraps times), so a huge debt keeps a bucket empty.
 //
-// Round trips. Sync and SyncSlots send one EVALSHA per item in one
-// pipeline (split per node by a cluster client). The store never retries:
+// Round trips. Sync and SyncSlots send their items in one pipeline (split
+// per node by a cluster client): SyncSlots one EVALSHA per item, Sync one
+// per batch of up to 32 keys on a single node or Sentinel master, whose
+// keys all live on one server, and one per key on a Cluster or Ring. The
+// store never retries:
 // the sync loop's next tick is the retry, so configure the client without
 // retries. A round that fails may still have applied some of its items;
 // replaying one only over-counts (hits are charged twice), never
