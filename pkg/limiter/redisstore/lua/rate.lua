@@ -18,6 +18,7 @@ local FIXED, SLIDING, BUCKET = 0, 1, 2
 
 local now = clock()
 local replica = ARGV[1]
+local mine = 'r:' .. replica
 local alg -- the algorithm of the key being synced
 
 -- WindowState.Roll
@@ -115,16 +116,26 @@ local function sync(key, a)
 
   -- Load the record; an expired one is forgotten whole.
   local flat = redis.call('HGETALL', key)
-  local rec = {}
-  for i = 1, #flat, 2 do rec[flat[i]] = flat[i + 1] end
-  if rec.x and tonumber(rec.x) <= now then
+  local w, x
+  local resv = {} -- indexes in flat of the reservations' fields
+  for i = 1, #flat, 2 do
+    local f = flat[i]
+    if f == 'w' then
+      w = flat[i + 1]
+    elseif f == 'x' then
+      x = flat[i + 1]
+    elseif string.sub(f, 1, 2) == 'r:' then
+      resv[#resv + 1] = i
+    end
+  end
+  if x and tonumber(x) <= now then
     redis.call('DEL', key)
-    rec = {}
+    w, resv = nil, {}
   end
   local st = {}
   local n = 0
-  if rec.w then
-    for e, c, p, t in string.gmatch(rec.w, '(%-?%d+) (%d+) (%d+) (%-?%d+)') do
+  if w then
+    for e, c, p, t in string.gmatch(w, '(%-?%d+) (%d+) (%d+) (%-?%d+)') do
       n = n + 1
       st[n] = {epoch = tonumber(e), cur = tonumber(c), prev = tonumber(p), tat = tonumber(t)}
     end
@@ -134,23 +145,20 @@ local function sync(key, a)
     for i = 1, nw do st[i] = {epoch = 0, cur = 0, prev = 0, tat = 0} end
   end
 
-  -- 1. drop expired reservations; sum the others' live ones.
-  local mine = 'r:' .. replica
-  local own, others = 0, 0
-  local live = {}
-  for f, v in pairs(rec) do
-    if string.sub(f, 1, 2) == 'r:' then
-      local u, exp = parse_reservation(v)
-      if exp <= now then
-        redis.call('HDEL', key, f)
-      else
-        if f == mine then
-          own = u
-        else
-          others = satadd(others, u)
-        end
-        live[f] = exp
-      end
+  -- 1. drop expired reservations; sum the others' live ones, and note
+  -- the latest expiry among them.
+  local own, others, last = 0, 0, 0
+  local owned = false
+  for _, i in ipairs(resv) do
+    local f = flat[i]
+    local u, exp = parse_reservation(flat[i + 1])
+    if exp <= now then
+      redis.call('HDEL', key, f)
+    elseif f == mine then
+      own, owned = u, true
+    else
+      others = satadd(others, u)
+      last = math.max(last, exp)
     end
   end
 
@@ -188,9 +196,8 @@ local function sync(key, a)
   -- 7. record the reservation (written with the windows below).
   local credit = kept + grant
   if credit > 0 then
-    live[mine] = now + lease
-  elseif live[mine] then
-    live[mine] = nil
+    last = math.max(last, now + lease)
+  elseif owned then
     redis.call('HDEL', key, mine)
   end
 
@@ -198,7 +205,7 @@ local function sync(key, a)
   -- least now + 1 as in memstore).
   local out = {now, credit, others}
   local enc = {}
-  local expires = 0
+  local expires = last
   for i = 1, nw do
     local s = st[i]
     enc[i] = string.format('%d %d %d %d', s.epoch, s.cur, s.prev, s.tat)
@@ -208,7 +215,6 @@ local function sync(key, a)
     out[#out + 1] = s.prev
     out[#out + 1] = s.tat
   end
-  for _, exp in pairs(live) do expires = math.max(expires, exp) end
   -- Past 2^53 the state is not one the maths produce; never let it wrap
   -- into a past expiry.
   expires = math.min(math.max(expires, now + 1), MAXEXACT)
