@@ -21,7 +21,8 @@
 //	                                replica ids scored by lease expiry
 //
 // Every key carries a PEXPIREAT at the instant the reference store would
-// forget it, so idle keys cost no memory.
+// forget it (a rate key a second later, as a script call reads its keys
+// against one TIME), so idle keys cost no memory.
 //
 // Scripts (embedded, loaded once, run with EVALSHA and reloaded on
 // NOSCRIPT): rate (the sync of one or more rate keys at one TIME), slots

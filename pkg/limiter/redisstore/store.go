@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -102,30 +103,45 @@ func (s *Store) Sync(ctx context.Context, replica string, items []limiter.SyncIt
 			return fmt.Errorf("redisstore: sync %q: %w", items[i].Key, err)
 		}
 	}
-	per := 1
-	if s.batches {
-		per = batchKeys
-	}
-	calls := make([]call, 0, (len(items)+per-1)/per)
-	for i := 0; i < len(items); i += per {
-		batch := items[i:min(i+per, len(items))]
-		c := call{keys: make([]string, len(batch)), args: []any{replica}}
-		for j := range batch {
-			c.keys[j] = s.keys.rate(batch[j].Key)
-			c.args = appendRateArgs(c.args, &batch[j])
-		}
-		calls = append(calls, c)
-	}
+	calls, starts := s.rateCalls(replica, items)
 	cmds, err := s.evalRound(ctx, rateScript, calls)
 	if err != nil {
 		return wrap("sync", err)
 	}
 	for i, c := range cmds {
-		if err := decodeSyncs(c, items[i*per:min((i+1)*per, len(items))], out[i*per:]); err != nil {
+		from, to := starts[i], starts[i]+len(calls[i].keys)
+		if err := decodeSyncs(c, items[from:to], out[from:to]); err != nil {
 			return err
 		}
 	}
 	return nil
+}
+
+// rateCalls groups items into rate script calls, each with the index of
+// its first item: up to batchKeys keys a call when s batches, else one.
+// A key comes back at most once in a call: the script applies its items
+// at one TIME, and a record that expires at that instant could vanish
+// between two of them, where the reference store's round keeps it.
+func (s *Store) rateCalls(replica string, items []limiter.SyncItem) ([]call, []int) {
+	per := 1
+	if s.batches {
+		per = batchKeys
+	}
+	var calls []call
+	var starts []int
+	for i := range items {
+		key := s.keys.rate(items[i].Key)
+		n := len(calls)
+		if n == 0 || len(calls[n-1].keys) == per || slices.Contains(calls[n-1].keys, key) {
+			calls = append(calls, call{args: []any{replica}})
+			starts = append(starts, i)
+			n++
+		}
+		c := &calls[n-1]
+		c.keys = append(c.keys, key)
+		c.args = appendRateArgs(c.args, &items[i])
+	}
+	return calls, starts
 }
 
 // batchKeys is the most keys one rate script call syncs: enough to spread

@@ -16,6 +16,13 @@
 
 local FIXED, SLIDING, BUCKET = 0, 1, 2
 
+-- GRACE (µs): Redis drops a record this long after the instant the
+-- reference store forgets it (its x). The script reads each key against
+-- the TIME it took at its start, a batch of keys later; were Redis to drop
+-- the key at x exactly, a record the script still counts as live could
+-- be gone by the time it is read.
+local GRACE = 1000000
+
 local now = clock()
 local replica = ARGV[1]
 local mine = 'r:' .. replica
@@ -224,7 +231,7 @@ local function sync(key, a)
   else
     redis.call('HSET', key, 'w', table.concat(enc, ','), 'x', fmt(expires))
   end
-  redis.call('PEXPIREAT', key, ceilms(expires))
+  redis.call('PEXPIREAT', key, ceilms(expires + GRACE))
   return out, a
 end
 
