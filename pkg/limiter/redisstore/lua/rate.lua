@@ -104,24 +104,12 @@ local function fresh_at(s, w)
   return (s.epoch + 1) * w.p
 end
 
--- sync applies the item whose arguments start at ARGV[a] to key and
--- returns its reply and where the next item's arguments start.
-local function sync(key, a)
-  alg = tonumber(ARGV[a])
-  local nw = tonumber(ARGV[a + 1])
-  local ws = {}
-  a = a + 2
-  for i = 1, nw do
-    ws[i] = {p = tonumber(ARGV[a]), limit = tonumber(ARGV[a + 1]), cap = tonumber(ARGV[a + 2])}
-    a = a + 3
-  end
-  local unused, want, waiting = tonumber(ARGV[a]), tonumber(ARGV[a + 1]), tonumber(ARGV[a + 2])
-  local share, nrep, lease = tonumber(ARGV[a + 3]), tonumber(ARGV[a + 4]), tonumber(ARGV[a + 5])
-  local nh = tonumber(ARGV[a + 6])
-  local hits = a + 7
-  a = hits + 2 * nh
-
-  -- Load the record; an expired one is forgotten whole.
+-- load reads key's record for a rule of nw windows: its window states
+-- (fresh ones if it expired or had other windows), this replica's
+-- reservation (units and whether it has one), the sum of the others'
+-- live ones and the latest expiry among them. Expired reservations are
+-- dropped (step 1 of KeyRecord.Sync).
+local function load(key, nw)
   local flat = redis.call('HGETALL', key)
   local w, x
   local resv = {} -- indexes in flat of the reservations' fields
@@ -152,8 +140,6 @@ local function sync(key, a)
     for i = 1, nw do st[i] = {epoch = 0, cur = 0, prev = 0, tat = 0} end
   end
 
-  -- 1. drop expired reservations; sum the others' live ones, and note
-  -- the latest expiry among them.
   local own, others, last = 0, 0, 0
   local owned = false
   for _, i in ipairs(resv) do
@@ -168,6 +154,58 @@ local function sync(key, a)
       last = math.max(last, exp)
     end
   end
+
+  return st, own, owned, others, last
+end
+
+-- save writes the windows st, this replica's credit until now + lease
+-- and the record's expiry (KeyRecord.ExpiresAt, at least now + 1 as in
+-- memstore; last is the latest other reservation's or this one's), and
+-- returns the reply: now, credit, others and the window states.
+local function save(key, st, ws, credit, others, lease, last)
+  local out = {now, credit, others}
+  local enc = {}
+  local expires = last
+  for i = 1, #ws do
+    local s = st[i]
+    enc[i] = string.format('%d %d %d %d', s.epoch, s.cur, s.prev, s.tat)
+    expires = math.max(expires, fresh_at(s, ws[i]))
+    out[#out + 1] = s.epoch
+    out[#out + 1] = s.cur
+    out[#out + 1] = s.prev
+    out[#out + 1] = s.tat
+  end
+  -- Past 2^53 the state is not one the maths produce; never let it wrap
+  -- into a past expiry.
+  expires = math.min(math.max(expires, now + 1), MAXEXACT)
+  if credit > 0 then
+    redis.call('HSET', key, 'w', table.concat(enc, ','), 'x', fmt(expires),
+      mine, string.format('%d %d', credit, now + lease))
+  else
+    redis.call('HSET', key, 'w', table.concat(enc, ','), 'x', fmt(expires))
+  end
+  redis.call('PEXPIREAT', key, ceilms(expires + GRACE))
+  return out
+end
+
+-- sync applies the item whose arguments start at ARGV[a] to key and
+-- returns its reply and where the next item's arguments start.
+local function sync(key, a)
+  alg = tonumber(ARGV[a])
+  local nw = tonumber(ARGV[a + 1])
+  local ws = {}
+  a = a + 2
+  for i = 1, nw do
+    ws[i] = {p = tonumber(ARGV[a]), limit = tonumber(ARGV[a + 1]), cap = tonumber(ARGV[a + 2])}
+    a = a + 3
+  end
+  local unused, want, waiting = tonumber(ARGV[a]), tonumber(ARGV[a + 1]), tonumber(ARGV[a + 2])
+  local share, nrep, lease = tonumber(ARGV[a + 3]), tonumber(ARGV[a + 4]), tonumber(ARGV[a + 5])
+  local nh = tonumber(ARGV[a + 6])
+  local hits = a + 7
+  a = hits + 2 * nh
+
+  local st, own, owned, others, last = load(key, nw)
 
   -- 2. charge the hits, each to the window it was admitted in.
   for h = 0, nh - 1 do
@@ -200,7 +238,7 @@ local function sync(key, a)
   end
   if waiting > grant then grant = math.max(grant, math.min(waiting, free)) end
 
-  -- 7. record the reservation (written with the windows below).
+  -- 7. record the reservation (written by save, with the windows).
   local credit = kept + grant
   if credit > 0 then
     last = math.max(last, now + lease)
@@ -208,31 +246,7 @@ local function sync(key, a)
     redis.call('HDEL', key, mine)
   end
 
-  -- Save the windows and the record's expiry (KeyRecord.ExpiresAt, at
-  -- least now + 1 as in memstore).
-  local out = {now, credit, others}
-  local enc = {}
-  local expires = last
-  for i = 1, nw do
-    local s = st[i]
-    enc[i] = string.format('%d %d %d %d', s.epoch, s.cur, s.prev, s.tat)
-    expires = math.max(expires, fresh_at(s, ws[i]))
-    out[#out + 1] = s.epoch
-    out[#out + 1] = s.cur
-    out[#out + 1] = s.prev
-    out[#out + 1] = s.tat
-  end
-  -- Past 2^53 the state is not one the maths produce; never let it wrap
-  -- into a past expiry.
-  expires = math.min(math.max(expires, now + 1), MAXEXACT)
-  if credit > 0 then
-    redis.call('HSET', key, 'w', table.concat(enc, ','), 'x', fmt(expires),
-      mine, string.format('%d %d', credit, now + lease))
-  else
-    redis.call('HSET', key, 'w', table.concat(enc, ','), 'x', fmt(expires))
-  end
-  redis.call('PEXPIREAT', key, ceilms(expires + GRACE))
-  return out, a
+  return save(key, st, ws, credit, others, lease, last), a
 end
 
 local replies = {}
