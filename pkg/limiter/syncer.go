@@ -222,8 +222,9 @@ func (l *Limiter) scanDue(now int64) []*creditState {
 		interval := cs.nextSync - cs.lastSync
 		switch {
 		case cs.kicked.Load() || len(cs.waiters) > 0 || starved || cs.tight && len(cs.late) > 0:
-			// A tight key's hits set aside at a boundary go at once: the window's
-			// previous count is not final without them.
+			// A tight key's hits set aside at a boundary go at once, and
+			// it gets the new window's credit with them: the old window's
+			// count is not final without them, and a tight key is short.
 			cs.collected = true
 			due = append(due, cs)
 		case cs.holdsStill(now):
