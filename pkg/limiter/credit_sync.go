@@ -78,7 +78,8 @@ func (l *Limiter) prepare(cs *creditState, now int64) SyncItem {
 // at least what waiters need. For a tight fixed-window key the horizon
 // ends with the first window: credit held past it blocks the other
 // replicas from that window's last units, and the key syncs again when
-// the next one starts.
+// the next one starts. A tight sliding-window key, whose units free a few
+// at a time, looks one sync interval ahead.
 func (cs *creditState) want(now, snow, pushed int64) uint64 {
 	if cs.lastSync > 0 && now > cs.lastSync {
 		sample := float64(max(pushed, 0)) / (float64(now-cs.lastSync) / 1e9)
@@ -102,9 +103,9 @@ func (cs *creditState) want(now, snow, pushed int64) uint64 {
 	return min(w, cs.capacity)
 }
 
-// handBack gives up the credit above want for a tight fixed-window key,
-// so the store can grant it to the replicas that need it before the
-// window ends.
+// handBack gives up the credit above want for a tight fixed- or
+// sliding-window key, so the store can grant it to the replicas that need
+// it while the window has room.
 // The units leave the hot path's reach before the round reports the
 // smaller reservation. cs.mu must be held.
 func (cs *creditState) handBack(want uint64) {

@@ -2,7 +2,6 @@ package redisstore
 
 import (
 	"fmt"
-	"slices"
 	"testing"
 
 	"github.com/redis/go-redis/v9"
@@ -11,9 +10,9 @@ import (
 )
 
 // TestRateCalls: on a single-node client a round's items share script
-// calls, at most batchKeys keys each and never one key twice in a call;
-// on a Cluster client every item has its own call. Every item lands in
-// exactly one call, in order, with its own arguments.
+// calls, at most batchKeys keys each; on a Cluster client every item has
+// its own call. Every item lands in exactly one call, in order, with its
+// own arguments.
 func TestRateCalls(t *testing.T) {
 	item := func(key string) limiter.SyncItem {
 		return limiter.SyncItem{Key: key, Windows: []limiter.Window{{Limit: 10, Period: 1e9}}, Want: 1, Replicas: 1}
@@ -35,7 +34,7 @@ func TestRateCalls(t *testing.T) {
 		calls int
 	}{
 		{"single node, 70 keys", single, keys(70, 70), 3},       // 32 | 32 | 6
-		{"single node, 20 keys twice", single, keys(50, 20), 3}, // k0-k19 | k0-k19 | k0-k9
+		{"single node, 20 keys twice", single, keys(50, 20), 2}, // k0-k19, k0-k11 | k12-k19, k0-k9
 		{"cluster", cluster, keys(50, 20), 50},
 	} {
 		items := tc.items
@@ -49,8 +48,8 @@ func TestRateCalls(t *testing.T) {
 				t.Errorf("%s: call %d starts at item %d with %d keys, want item %d and at most %d", tc.name, i, starts[i], len(c.keys), next, batchKeys)
 			}
 			for j, k := range c.keys {
-				if k != tc.s.keys.rate(items[next+j].Key) || slices.Index(c.keys, k) != j {
-					t.Errorf("%s: call %d key %d is %q (item %q), or comes twice", tc.name, i, j, k, items[next+j].Key)
+				if k != tc.s.keys.rate(items[next+j].Key) {
+					t.Errorf("%s: call %d key %d is %q, not item %q's", tc.name, i, j, k, items[next+j].Key)
 				}
 			}
 			if len(c.args) != 1+argsPerItem*len(c.keys) || c.args[0] != "r" {

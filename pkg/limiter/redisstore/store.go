@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -119,9 +118,6 @@ func (s *Store) Sync(ctx context.Context, replica string, items []limiter.SyncIt
 
 // rateCalls groups items into rate script calls, each with the index of
 // its first item: up to batchKeys keys a call when s batches, else one.
-// A key comes back at most once in a call: the script applies its items
-// at one TIME, and a record that expires at that instant could vanish
-// between two of them, where the reference store's round keeps it.
 func (s *Store) rateCalls(replica string, items []limiter.SyncItem) ([]call, []int) {
 	per := 1
 	if s.batches {
@@ -132,7 +128,7 @@ func (s *Store) rateCalls(replica string, items []limiter.SyncItem) ([]call, []i
 	for i := range items {
 		key := s.keys.rate(items[i].Key)
 		n := len(calls)
-		if n == 0 || len(calls[n-1].keys) == per || slices.Contains(calls[n-1].keys, key) {
+		if n == 0 || len(calls[n-1].keys) == per {
 			calls = append(calls, call{args: []any{replica}})
 			starts = append(starts, i)
 			n++

@@ -17,10 +17,11 @@
 local FIXED, SLIDING, BUCKET = 0, 1, 2
 
 -- GRACE (µs): Redis drops a record this long after the instant the
--- reference store forgets it (its x). The script reads each key against
--- the TIME it took at its start, a batch of keys later; were Redis to drop
--- the key at x exactly, a record the script still counts as live could
--- be gone by the time it is read.
+-- reference store forgets it (its x), which the script checks itself. The
+-- script reads each key against the TIME it took at its start, a batch of
+-- keys (or the same key's earlier item) later; were Redis to drop the key
+-- at x exactly, a record the script still counts as live could be gone by
+-- the time it is read.
 local GRACE = 1000000
 
 local now = clock()
