@@ -39,6 +39,8 @@ type creditState struct {
 	// decision may still hold it; that decision moves to the key's new
 	// state rather than wait for a sync this state will never get.
 	orphan atomic.Bool
+	// denied counts the requests denied since the last round.
+	denied atomic.Int64
 
 	mu        sync.Mutex
 	key       string
@@ -59,6 +61,7 @@ type creditState struct {
 	rate         float64
 	busy         bool          // syncs every sync interval: a window is over half used, or requests wait
 	tight        bool          // over half of a window is used or reserved: credit is held only to its end
+	refill       bool          // a busy sliding-window key left without credit: due again when a unit frees
 	fallback     []WindowState // local windows while degraded (fail-static)
 }
 
@@ -108,6 +111,7 @@ func (l *Limiter) creditDecide(res *Result, cs *creditState, r *Request, hits ui
 		return
 	}
 	if now < cs.deniedTo.Load() {
+		cs.denied.Add(1)
 		_, wait := l.viewAdmits(cs, now, n)
 		l.viewResult(res, cs, now, false, wait)
 		return
@@ -130,7 +134,9 @@ func (l *Limiter) creditDecide(res *Result, cs *creditState, r *Request, hits ui
 		l.creditDecide(res, l.creditFor(r.Key, r.Rule, now), r, hits, now, dry)
 		return
 	}
-	*res = l.wait(cs, r.Rule, n, now)
+	if *res = l.wait(cs, r.Rule, n, now); !res.Allowed {
+		cs.denied.Add(1)
+	}
 }
 
 // refund takes n units back. Those this replica admitted and has not

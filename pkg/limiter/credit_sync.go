@@ -39,14 +39,14 @@ func (cs *creditState) starvedInNewWindow(snow int64) bool {
 // busy interval would only refresh its view. cs.mu must be held.
 func (cs *creditState) holdsStill(now int64) bool {
 	c := cs.credit.Load()
-	return c >= 0 && c <= 1 && cs.hits.Load() == 0 && cs.refunds.Load() == 0 && len(cs.late) == 0 &&
+	return c >= 0 && c <= 1 && !cs.refill && cs.hits.Load() == 0 && cs.refunds.Load() == 0 && len(cs.late) == 0 &&
 		now-cs.lastSync < int64(quietInterval)
 }
 
 // needsSync: a key with nothing to push, no credit and no waiters has
 // nothing to say to the store. cs.mu must be held.
 func (cs *creditState) needsSync() bool {
-	return cs.hits.Load() != 0 || cs.refunds.Load() != 0 || len(cs.late) > 0 || cs.credit.Load() > 0 || len(cs.waiters) > 0 ||
+	return cs.hits.Load() != 0 || cs.refunds.Load() != 0 || len(cs.late) > 0 || cs.credit.Load() > 0 || len(cs.waiters) > 0 || cs.refill ||
 		cs.kicked.Load() || cs.view.Load() == nil
 }
 
@@ -62,7 +62,7 @@ func (l *Limiter) prepare(cs *creditState, now int64) SyncItem {
 	cs.unused = max(cs.credit.Load(), 0)
 	it := SyncItem{
 		Key: cs.key, Algorithm: cs.rule.Algorithm, Windows: cs.rule.Windows,
-		Unused: uint64(cs.unused), Want: want, Waiting: cs.waiting,
+		Unused: uint64(cs.unused), Want: want, Waiting: cs.waiting, Denied: uint64(cs.denied.Swap(0)),
 		Share: cs.rule.Tuning.share(), Replicas: int(l.replicas.Load()), Lease: lease,
 	}
 	if now-cs.lastUse.Load() > int64(quietInterval) && len(cs.waiters) == 0 {
@@ -171,6 +171,14 @@ func (l *Limiter) apply(cs *creditState, r *SyncResult) {
 	interval := quietInterval
 	if cs.busy {
 		interval = cs.rule.Tuning.syncInterval()
+	}
+	cs.refill = cs.rule.Algorithm == SlidingWindow && !r.Pressed && cs.busy && cs.credit.Load() <= 0 && len(cs.waiters) == 0
+	if cs.refill {
+		// A sliding window frees units one at a time: a busy key left
+		// without credit asks again once the view says one is free, not a
+		// whole interval later, when its next request would wait.
+		interval = min(interval, max(cs.viewWait(snow, 1), tick))
+		l.enqueue(cs)
 	}
 	cs.nextSync = now + int64(interval)
 	if len(cs.waiters) > 0 {

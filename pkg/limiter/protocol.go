@@ -32,6 +32,10 @@ func storeWindows(ws []Window) []Window {
 type KeyRecord struct {
 	Windows      []WindowState
 	Reservations map[string]Reservation
+	// Pressed is when a sliding-window key stops counting as pressed
+	// (store clock, Unix µs): one period of its shortest window after a
+	// replica last reported requests waiting or denied.
+	Pressed int64
 }
 
 // Reservation is one replica's claim on a key's budget.
@@ -48,13 +52,10 @@ type Reservation struct {
 //  3. avail = min over windows (remaining − others);
 //  4. keep the part of the replica's unused credit its old reservation
 //     still backs and avail still holds;
-//  5. grant min(want, ⌊share · free / N⌋) of what is left; for a fixed
-//     window, a replica that holds nothing and wants some gets one unit
-//     even when that split rounds to zero: the last units of a window go
-//     a unit at a time to the replicas that run dry, ahead of their next
-//     request. (Sliding windows and buckets free units one at a time, and
-//     a unit handed out ahead of need would be taken from the retry a
-//     Retry-After promised it to, so they leave it to the last mile.)
+//  5. grant min(want, ⌊share · free / N⌋) of what is left, or one unit
+//     to a replica that holds none where that rounds to zero (see
+//     dryGetsOne); a sliding window is pressed for a period from a
+//     report of requests waiting or denied;
 //  6. last mile: when waiters need more than that split gives, grant them
 //     directly from what is left, whatever N;
 //  7. record the reservation (kept + granted) until now + lease.
@@ -78,6 +79,9 @@ func (r *KeyRecord) Sync(replica string, it *SyncItem, now int64) SyncResult {
 		}
 	}
 	r.charge(it, ws, now)
+	if it.Algorithm == SlidingWindow && (it.Denied > 0 || it.Waiting > 0) {
+		r.Pressed = now + shortest(ws)
+	}
 	avail := uint64(math.MaxUint64)
 	for i, w := range ws {
 		r.Windows[i].Roll(w, now)
@@ -86,7 +90,7 @@ func (r *KeyRecord) Sync(replica string, it *SyncItem, now int64) SyncResult {
 	kept := min(it.Unused, own, avail)
 	free := avail - kept
 	grant := min(it.Want, splitShare(free, it.Share, it.Replicas))
-	if grant == 0 && kept == 0 && it.Want > 0 && it.Algorithm == FixedWindow && splitShare(free, it.Share, 1) > 0 {
+	if grant == 0 && kept == 0 && it.Want > 0 && r.dryGetsOne(it, ws, now) && splitShare(free, it.Share, 1) > 0 {
 		grant = 1
 	}
 	if it.Waiting > grant {
@@ -99,7 +103,48 @@ func (r *KeyRecord) Sync(replica string, it *SyncItem, now int64) SyncResult {
 	}
 	out := make([]WindowState, len(r.Windows))
 	copy(out, r.Windows)
-	return SyncResult{Credit: kept + grant, Others: others, Windows: out, Now: now}
+	return SyncResult{Credit: kept + grant, Others: others, Windows: out, Now: now, Pressed: r.Pressed > now}
+}
+
+// dryGetsOne reports whether a replica that holds nothing and wants some
+// gets one unit even when the split rounds to zero (step 5). A fixed
+// window always does: its last units go a unit at a time to the replicas
+// that run dry, ahead of their next request. A sliding window does while
+// it is not pressed and its slack holds a unit for each replica: at a
+// steady load near the limit its free budget is that slack at every
+// instant, and split ⌊free/N⌋ it would leave every replica but one to
+// wait a round for each request. Once requests wait or are denied, units
+// handed out ahead of need would be missing where requests bunch up, or
+// taken from the retry a Retry-After promised them to; then, as a token
+// bucket always does, it leaves them to the last mile.
+func (r *KeyRecord) dryGetsOne(it *SyncItem, ws []Window, now int64) bool {
+	switch it.Algorithm {
+	case FixedWindow:
+		return true
+	case SlidingWindow:
+		return r.Pressed <= now && slackEach(ws, r.Windows, it.Share, it.Replicas)
+	}
+	return false
+}
+
+// slackEach reports whether the slack each window's previous count left,
+// limit − prev, holds a unit for each of n replicas.
+func slackEach(ws []Window, s []WindowState, share float64, n int) bool {
+	for i, w := range ws {
+		if splitShare(satSub(w.Limit, s[i].Prev), share, n) == 0 {
+			return false
+		}
+	}
+	return true
+}
+
+// shortest is the shortest period of ws.
+func shortest(ws []Window) int64 {
+	p := int64(ws[0].Period)
+	for _, w := range ws[1:] {
+		p = min(p, int64(w.Period))
+	}
+	return p
 }
 
 func (r *KeyRecord) charge(it *SyncItem, ws []Window, now int64) {

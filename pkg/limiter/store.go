@@ -64,6 +64,8 @@ type SyncItem struct {
 	Want uint64
 	// Waiting is the units requests are waiting for (last mile).
 	Waiting uint64
+	// Denied is the requests the replica denied since its last round.
+	Denied uint64
 	// Share is the fraction of the free budget replicas may hold as credit
 	// (local_allowance, at most 1).
 	Share float64
@@ -85,6 +87,9 @@ type SyncResult struct {
 	Windows []WindowState
 	// Now is the store clock when the item was applied.
 	Now int64
+	// Pressed reports a key a replica denied a request of within its
+	// shortest period.
+	Pressed bool
 }
 
 // SlotItem is one concurrency key's part of a sync round.

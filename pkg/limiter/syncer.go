@@ -188,13 +188,23 @@ func (l *Limiter) collectDue(now int64, full bool) []*creditState {
 	asked := l.pending
 	l.pending = nil
 	l.pendingMu.Unlock()
+	var later []*creditState
 	for _, cs := range asked {
 		cs.mu.Lock()
-		if !cs.inflight && !cs.collected && cs.needsSync() {
+		switch {
+		case cs.inflight || cs.collected || !cs.needsSync():
+		case cs.refill && now < cs.nextSync && !cs.kicked.Load() && len(cs.waiters) == 0:
+			later = append(later, cs) // a refill, not due yet
+		default:
 			cs.collected = true
 			due = append(due, cs)
 		}
 		cs.mu.Unlock()
+	}
+	if len(later) > 0 {
+		l.pendingMu.Lock()
+		l.pending = append(l.pending, later...)
+		l.pendingMu.Unlock()
 	}
 	return due
 }

@@ -35,6 +35,7 @@ func StoreSuite(t *testing.T, newStore func(t *testing.T) limiter.Store) {
 		{"ReservationExpiry", testReservationExpiry},
 		{"Release", testRelease},
 		{"LastMile", testLastMile},
+		{"SlidingDryUnit", testSlidingDryUnit},
 		{"TokenBucket", testTokenBucket},
 		{"MultipleWindows", testMultipleWindows},
 		{"RecordExpiry", testRecordExpiry},
@@ -314,6 +315,50 @@ func testLastMile(t *testing.T, st limiter.Store) {
 	expect(t, "fixed: nothing left", sync1(t, st, "d", dry).Credit, 0)
 	dry.Want = 0
 	expect(t, "fixed: no unit for a replica that wants none", sync1(t, st, "e", dry).Credit, 0)
+}
+
+// testSlidingDryUnit: of a sliding window whose slack holds a unit for
+// each replica, a replica that holds nothing gets one unit even when the
+// split rounds to zero, until a replica reports requests waiting or
+// denied; then, for one period, units go only to waiters.
+func testSlidingDryUnit(t *testing.T, st limiter.Store) {
+	ws := fixed(6, time.Hour)
+	it := item("k", ws, 1)
+	it.Algorithm, it.Replicas = limiter.SlidingWindow, 4
+	for _, r := range []string{"a", "b", "c"} {
+		expect(t, "split credit of "+r, sync1(t, st, r, it).Credit, 1) // ⌊6/4⌋, ⌊5/4⌋, ⌊4/4⌋
+	}
+	d := sync1(t, st, "d", it)
+	expect(t, "d's dry unit of 3 free among 4", d.Credit, 1)
+	expect(t, "pressed before any report", d.Pressed, false)
+	denied := it
+	denied.Denied = 1
+	e := sync1(t, st, "e", denied)
+	expect(t, "e's credit once it reports a denial", e.Credit, 0)
+	expect(t, "pressed after a denial", e.Pressed, true)
+	expect(t, "f's credit while pressed", sync1(t, st, "f", it).Credit, 0)
+	waiting := it
+	waiting.Waiting = 1
+	expect(t, "f's waiter served by the last mile", sync1(t, st, "f", waiting).Credit, 1)
+	holding := it
+	holding.Unused = 1
+	expect(t, "f, holding its unit, pressed by its waiter", sync1(t, st, "f", holding).Pressed, true)
+
+	tight := item("s", ws, 1)
+	tight.Algorithm, tight.Replicas = limiter.SlidingWindow, 8
+	expect(t, "no dry unit where the slack is short of a unit each", sync1(t, st, "a", tight).Credit, 0)
+
+	short := item("p", []limiter.Window{{Limit: 6, Period: 200 * time.Millisecond}}, 1)
+	short.Algorithm, short.Replicas, short.Denied = limiter.SlidingWindow, 4, 1
+	expect(t, "credit of the denying replica", sync1(t, st, "a", short).Credit, 1) // ⌊6/4⌋
+	short.Denied = 0
+	expect(t, "split while pressed", sync1(t, st, "b", short).Credit, 1)
+	expect(t, "split while pressed", sync1(t, st, "c", short).Credit, 1)
+	expect(t, "no dry unit while pressed", sync1(t, st, "d", short).Credit, 0)
+	time.Sleep(250 * time.Millisecond) // one period: the reservations outlive it
+	r := sync1(t, st, "d", short)
+	expect(t, "dry unit a period after the denial", r.Credit, 1)
+	expect(t, "pressed a period after the denial", r.Pressed, false)
 }
 
 func testTokenBucket(t *testing.T, st limiter.Store) {

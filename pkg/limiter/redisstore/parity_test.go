@@ -80,8 +80,8 @@ func TestParity(t *testing.T) {
 		}()
 	}
 	wg.Wait()
-	t.Logf("%d sequences, %d operations, %d script loads; replies: %d window rolls, %d weighted sliding windows, %d with credit, %d with others' reservations",
-		n, ops.Load(), loads.n.Load(), sum.rolls, sum.weighted, sum.granted, sum.others)
+	t.Logf("%d sequences, %d operations, %d script loads; replies: %d window rolls, %d weighted sliding windows, %d with credit, %d with others' reservations, %d pressed",
+		n, ops.Load(), loads.n.Load(), sum.rolls, sum.weighted, sum.granted, sum.others, sum.pressed)
 	if loads.n.Load() == 0 && !failed.Load() {
 		t.Error("no script was reloaded after SCRIPT FLUSH")
 	}
@@ -321,20 +321,24 @@ func (p *parity) count(it *limiter.SyncItem, r limiter.SyncResult) {
 	if r.Others > 0 {
 		p.tally.others++
 	}
+	if r.Pressed {
+		p.tally.pressed++
+	}
 }
 
 // tally counts what the replies exercised.
-type tally struct{ rolls, weighted, granted, others int64 }
+type tally struct{ rolls, weighted, granted, others, pressed int64 }
 
 func (t *tally) add(o tally) {
 	t.rolls += o.rolls
 	t.weighted += o.weighted
 	t.granted += o.granted
 	t.others += o.others
+	t.pressed += o.pressed
 }
 
 // item draws one key's sync: hits (late, future, on boundaries, refunds,
-// huge), unused, want, waiting, share, replicas and lease.
+// huge), unused, want, waiting, denied, share, replicas and lease.
 func (p *parity) item(key string) limiter.SyncItem {
 	r := p.rules[key]
 	if p.rng.IntN(25) == 0 { // a changed rule on a live key
@@ -347,6 +351,12 @@ func (p *parity) item(key string) limiter.SyncItem {
 		Share:    []float64{0, 1, 0.5, 1.0 / 3, 0.9, p.rng.Float64(), 2, -0.5}[p.rng.IntN(8)],
 		Replicas: p.rng.IntN(6),
 		Lease:    []time.Duration{0, time.Millisecond, 5 * time.Millisecond, 20 * time.Millisecond, 100 * time.Millisecond, time.Second, time.Minute}[p.rng.IntN(7)],
+	}
+	if p.rng.IntN(4) != 0 { // no waiters: a sliding window may stay unpressed
+		it.Waiting = 0
+	}
+	if p.rng.IntN(8) == 0 {
+		it.Denied = 1 + p.rng.Uint64N(3)
 	}
 	for range p.rng.IntN(4) {
 		it.Hits = append(it.Hits, p.hit(r, key))

@@ -172,7 +172,7 @@ func appendRateArgs(args []any, it *limiter.SyncItem) []any {
 	if !(share > 0 && share <= 1) { // also NaN
 		share = 1
 	}
-	args = append(args, clampU(it.Unused), clampU(it.Want), clampU(it.Waiting),
+	args = append(args, clampU(it.Unused), clampU(it.Want), clampU(it.Waiting), clampU(it.Denied),
 		strconv.FormatFloat(share, 'g', -1, 64), max(it.Replicas, 1), micros(it.Lease), len(it.Hits))
 	for _, h := range it.Hits {
 		args = append(args, clampI(h.At), clampI(h.N))
@@ -197,11 +197,11 @@ func decodeSyncs(c *redis.Cmd, items []limiter.SyncItem, out []limiter.SyncResul
 	return nil
 }
 
-// decodeSync reads one key's reply: now, credit, others, then epoch, cur,
-// prev and TAT per window.
+// decodeSync reads one key's reply: now, credit, others, pressed, then
+// epoch, cur, prev and TAT per window.
 func decodeSync(reply any, windows int, out *limiter.SyncResult) error {
 	r, ok := reply.([]any)
-	if !ok || len(r) != 3+4*windows {
+	if !ok || len(r) != 4+4*windows {
 		return fmt.Errorf("reply %v for %d windows", reply, windows)
 	}
 	v := make([]int64, len(r))
@@ -212,10 +212,10 @@ func decodeSync(reply any, windows int, out *limiter.SyncResult) error {
 	}
 	ws := make([]limiter.WindowState, windows)
 	for i := range ws {
-		w := v[3+4*i:]
+		w := v[4+4*i:]
 		ws[i] = limiter.WindowState{Epoch: w[0], Cur: uint64(w[1]), Prev: uint64(w[2]), TAT: w[3]}
 	}
-	*out = limiter.SyncResult{Credit: uint64(v[1]), Others: uint64(v[2]), Windows: ws, Now: v[0]}
+	*out = limiter.SyncResult{Credit: uint64(v[1]), Others: uint64(v[2]), Windows: ws, Now: v[0], Pressed: v[3] == 1}
 	return nil
 }
 

@@ -6,13 +6,15 @@
 --            x      the record's expiry, µs (memstore's keyEntry.expires)
 --            w      window states, "epoch cur prev tat" per window,
 --                   separated by ","
+--            p      a sliding window's KeyRecord.Pressed, µs
 --            r:<id> replica id's reservation, "units expires(µs)"
 -- ARGV     replica, then per key in turn: algorithm (0 fixed, 1 sliding,
 --          2 token bucket), n windows, then per window: period(µs) limit
---          capacity; unused, want, waiting, share, replicas, lease(µs),
---          n hits, then per hit: at(µs) units (negative: a refund).
--- Reply    per key: now, credit, others, then per window: epoch cur prev
---          tat.
+--          capacity; unused, want, waiting, denied, share, replicas,
+--          lease(µs), n hits, then per hit: at(µs) units (negative: a
+--          refund).
+-- Reply    per key: now, credit, others, pressed (1 or 0), then per
+--          window: epoch cur prev tat.
 
 local FIXED, SLIDING, BUCKET = 0, 1, 2
 
@@ -108,11 +110,12 @@ end
 -- load reads key's record for a rule of nw windows: its window states
 -- (fresh ones if it expired or had other windows), this replica's
 -- reservation (units and whether it has one), the sum of the others'
--- live ones and the latest expiry among them. Expired reservations are
+-- live ones, the latest expiry among them and when it stops counting
+-- as pressed (0: never was). Expired reservations are
 -- dropped (step 1 of KeyRecord.Sync).
 local function load(key, nw)
   local flat = redis.call('HGETALL', key)
-  local w, x
+  local w, x, pressed
   local resv = {} -- indexes in flat of the reservations' fields
   for i = 1, #flat, 2 do
     local f = flat[i]
@@ -120,13 +123,15 @@ local function load(key, nw)
       w = flat[i + 1]
     elseif f == 'x' then
       x = flat[i + 1]
+    elseif f == 'p' then
+      pressed = tonumber(flat[i + 1])
     elseif string.sub(f, 1, 2) == 'r:' then
       resv[#resv + 1] = i
     end
   end
   if x and tonumber(x) <= now then
     redis.call('DEL', key)
-    w, resv = nil, {}
+    w, resv, pressed = nil, {}, nil
   end
   local st = {}
   local n = 0
@@ -156,15 +161,16 @@ local function load(key, nw)
     end
   end
 
-  return st, own, owned, others, last
+  return st, own, owned, others, last, pressed or 0
 end
 
--- save writes the windows st, this replica's credit until now + lease
--- and the record's expiry (KeyRecord.ExpiresAt, at least now + 1 as in
--- memstore; last is the latest other reservation's or this one's), and
--- returns the reply: now, credit, others and the window states.
-local function save(key, st, ws, credit, others, lease, last)
-  local out = {now, credit, others}
+-- save writes the windows st, this replica's credit until now + lease,
+-- when the key stops counting as pressed and the record's expiry
+-- (KeyRecord.ExpiresAt, at least now + 1 as in memstore; last is the
+-- latest other reservation's or this one's), and returns the reply: now,
+-- credit, others, pressed and the window states.
+local function save(key, st, ws, credit, others, lease, last, pressed)
+  local out = {now, credit, others, pressed > now and 1 or 0}
   local enc = {}
   local expires = last
   for i = 1, #ws do
@@ -179,6 +185,9 @@ local function save(key, st, ws, credit, others, lease, last)
   -- Past 2^53 the state is not one the maths produce; never let it wrap
   -- into a past expiry.
   expires = math.min(math.max(expires, now + 1), MAXEXACT)
+  if pressed > 0 then
+    redis.call('HSET', key, 'p', fmt(pressed))
+  end
   if credit > 0 then
     redis.call('HSET', key, 'w', table.concat(enc, ','), 'x', fmt(expires),
       mine, string.format('%d %d', credit, now + lease))
@@ -187,6 +196,21 @@ local function save(key, st, ws, credit, others, lease, last)
   end
   redis.call('PEXPIREAT', key, ceilms(expires + GRACE))
   return out
+end
+
+-- KeyRecord.dryGetsOne: a fixed window's last units go a unit at a time
+-- to the replicas that run dry; a sliding window's too while it is not
+-- pressed and the slack each window's previous count left holds a unit
+-- for each replica (slackEach); st rolled to now.
+local function dry_gets_one(st, ws, share, nrep, pressed)
+  if alg == FIXED then return true end
+  if alg ~= SLIDING or pressed > now then return false end
+  for i = 1, #ws do
+    if idiv(math.floor(share * satsub(ws[i].limit, st[i].prev)), nrep) == 0 then
+      return false
+    end
+  end
+  return true
 end
 
 -- sync applies the item whose arguments start at ARGV[a] to key and
@@ -201,12 +225,12 @@ local function sync(key, a)
     a = a + 3
   end
   local unused, want, waiting = tonumber(ARGV[a]), tonumber(ARGV[a + 1]), tonumber(ARGV[a + 2])
-  local share, nrep, lease = tonumber(ARGV[a + 3]), tonumber(ARGV[a + 4]), tonumber(ARGV[a + 5])
-  local nh = tonumber(ARGV[a + 6])
-  local hits = a + 7
+  local denied, share, nrep = tonumber(ARGV[a + 3]), tonumber(ARGV[a + 4]), tonumber(ARGV[a + 5])
+  local lease, nh = tonumber(ARGV[a + 6]), tonumber(ARGV[a + 7])
+  local hits = a + 8
   a = hits + 2 * nh
 
-  local st, own, owned, others, last = load(key, nw)
+  local st, own, owned, others, last, pressed = load(key, nw)
 
   -- 2. charge the hits, each to the window it was admitted in.
   for h = 0, nh - 1 do
@@ -218,6 +242,14 @@ local function sync(key, a)
         refund(st[i], ws[i], -units)
       end
     end
+  end
+
+  -- A sliding window is pressed for its shortest period from a report of
+  -- requests waiting or denied.
+  if alg == SLIDING and (denied > 0 or waiting > 0) then
+    local p = ws[1].p
+    for i = 2, nw do p = math.min(p, ws[i].p) end
+    pressed = now + p
   end
 
   -- 3. avail = min over windows (remaining - others).
@@ -234,8 +266,9 @@ local function sync(key, a)
   if share <= 0 or share > 1 then share = 1 end
   if nrep < 1 then nrep = 1 end
   local grant = math.min(want, idiv(math.floor(share * free), nrep))
-  if grant == 0 and kept == 0 and want > 0 and alg == 0 and math.floor(share * free) > 0 then
-    grant = 1 -- a fixed window's last units go to the replicas that run dry
+  if grant == 0 and kept == 0 and want > 0 and dry_gets_one(st, ws, share, nrep, pressed)
+      and math.floor(share * free) > 0 then
+    grant = 1
   end
   if waiting > grant then grant = math.max(grant, math.min(waiting, free)) end
 
@@ -247,7 +280,7 @@ local function sync(key, a)
     redis.call('HDEL', key, mine)
   end
 
-  return save(key, st, ws, credit, others, lease, last), a
+  return save(key, st, ws, credit, others, lease, last, pressed), a
 end
 
 local replies = {}
