@@ -24,10 +24,12 @@
 // rule's StoreTimeout; past it, it is admitted from the quarter of the
 // credit the hot path holds back for late rounds (still covered by the
 // reservation), or denied. Credit is asked for at half spent, sized from
-// the key's rate; once over half of a fixed window is used or reserved, a
-// replica holds credit only to the window's end and hands the rest back,
-// and the store gives a replica that runs dry one unit of a budget too
-// small to split, so at 0.9× of a limit almost no request waits. When the
+// the key's rate; once over half of a window is used or reserved, a
+// replica holds credit only to a fixed window's end (a sliding window's
+// next sync) and hands the rest back, and the store gives a replica that
+// runs dry one unit of a budget too small to split (of a sliding window,
+// only while its slack holds a unit for each replica and no request
+// waits or is denied), so at 0.9× of a limit almost no request waits. When the
 // store has been unreachable for the rule's CacheTTL, each replica enforces
 // ⌈L/N⌉ (or admits all, FailOpen) and pushes its admits on recovery.
 //
