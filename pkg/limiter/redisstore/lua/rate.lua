@@ -111,8 +111,8 @@ end
 -- (fresh ones if it expired or had other windows), this replica's
 -- reservation (units and whether it has one), the sum of the others'
 -- live ones, the latest expiry among them and when it stops counting
--- as pressed (0: never was). Expired reservations are
--- dropped (step 1 of KeyRecord.Sync).
+-- as pressed (0: never was). Expired reservations are dropped (step 1 of
+-- KeyRecord.Sync).
 local function load(key, nw)
   local flat = redis.call('HGETALL', key)
   local w, x, pressed
@@ -185,15 +185,14 @@ local function save(key, st, ws, credit, others, lease, last, pressed)
   -- Past 2^53 the state is not one the maths produce; never let it wrap
   -- into a past expiry.
   expires = math.min(math.max(expires, now + 1), MAXEXACT)
-  if pressed > 0 then
-    redis.call('HSET', key, 'p', fmt(pressed))
-  end
+  local fields = {'w', table.concat(enc, ','), 'x', fmt(expires)}
   if credit > 0 then
-    redis.call('HSET', key, 'w', table.concat(enc, ','), 'x', fmt(expires),
-      mine, string.format('%d %d', credit, now + lease))
-  else
-    redis.call('HSET', key, 'w', table.concat(enc, ','), 'x', fmt(expires))
+    fields[5], fields[6] = mine, string.format('%d %d', credit, now + lease)
   end
+  if pressed > now then -- a lapsed value left in place reads the same
+    fields[#fields + 1], fields[#fields + 2] = 'p', fmt(pressed)
+  end
+  redis.call('HSET', key, unpack(fields))
   redis.call('PEXPIREAT', key, ceilms(expires + GRACE))
   return out
 end
