@@ -1,0 +1,168 @@
+package limitertest
+
+import (
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/ratelimit-svc/ratelimit-svc/pkg/limiter"
+)
+
+// The suite's cases for the last mile, the sliding window's dry unit,
+// token buckets, several windows and the record's lifetime.
+
+// testLastMile: waiters get what is left even when a split gives nothing;
+// of a fixed window, a replica that holds nothing gets one unit of it.
+func testLastMile(t *testing.T, st limiter.Store) {
+	ws := fixed(3, time.Hour)
+	it := item("k", ws, 1)
+	it.Algorithm, it.Replicas = limiter.SlidingWindow, 4
+	expect(t, "sliding: split of 3 among 4", sync1(t, st, "a", it).Credit, 0)
+	it.Waiting = 1
+	expect(t, "last mile", sync1(t, st, "a", it).Credit, 1)
+	it.Waiting, it.Unused = 10, 1
+	expect(t, "last mile takes what is left", sync1(t, st, "b", it).Credit, 2)
+
+	dry := item("f", ws, 1)
+	dry.Replicas = 4
+	expect(t, "fixed: a dry replica's unit", sync1(t, st, "a", dry).Credit, 1)
+	holding := dry
+	holding.Unused = 1
+	expect(t, "fixed: no second unit for a replica holding one", sync1(t, st, "a", holding).Credit, 1)
+	expect(t, "fixed: the next dry replica's unit", sync1(t, st, "b", dry).Credit, 1)
+	expect(t, "fixed: the last unit", sync1(t, st, "c", dry).Credit, 1)
+	expect(t, "fixed: nothing left", sync1(t, st, "d", dry).Credit, 0)
+	dry.Want = 0
+	expect(t, "fixed: no unit for a replica that wants none", sync1(t, st, "e", dry).Credit, 0)
+}
+
+// testSlidingDryUnit: of a sliding window whose slack holds a unit for
+// each replica, a replica that holds nothing gets one unit even when the
+// split rounds to zero, until a replica reports requests waiting or
+// denied; then, for one period, units go only to waiters.
+func testSlidingDryUnit(t *testing.T, st limiter.Store) {
+	ws := fixed(6, time.Hour)
+	it := item("k", ws, 1)
+	it.Algorithm, it.Replicas = limiter.SlidingWindow, 4
+	for _, r := range []string{"a", "b", "c"} {
+		expect(t, "split credit of "+r, sync1(t, st, r, it).Credit, 1) // ⌊6/4⌋, ⌊5/4⌋, ⌊4/4⌋
+	}
+	d := sync1(t, st, "d", it)
+	expect(t, "d's dry unit of 3 free among 4", d.Credit, 1)
+	expect(t, "pressed before any report", d.Pressed, false)
+	denied := it
+	denied.Denied = 1
+	e := sync1(t, st, "e", denied)
+	expect(t, "e's credit once it reports a denial", e.Credit, 0)
+	expect(t, "pressed after a denial", e.Pressed, true)
+	expect(t, "f's credit while pressed", sync1(t, st, "f", it).Credit, 0)
+	waiting := it
+	waiting.Waiting = 1
+	expect(t, "f's waiter served by the last mile", sync1(t, st, "f", waiting).Credit, 1)
+	holding := it
+	holding.Unused = 1
+	expect(t, "f, holding its unit, pressed by its waiter", sync1(t, st, "f", holding).Pressed, true)
+
+	tight := item("s", ws, 1)
+	tight.Algorithm, tight.Replicas = limiter.SlidingWindow, 8
+	expect(t, "no dry unit where the slack is short of a unit each", sync1(t, st, "a", tight).Credit, 0)
+
+	short := item("p", []limiter.Window{{Limit: 6, Period: 200 * time.Millisecond}}, 1)
+	short.Algorithm, short.Replicas, short.Denied = limiter.SlidingWindow, 4, 1
+	expect(t, "credit of the denying replica", sync1(t, st, "a", short).Credit, 1) // ⌊6/4⌋
+	short.Denied = 0
+	expect(t, "split while pressed", sync1(t, st, "b", short).Credit, 1)
+	expect(t, "split while pressed", sync1(t, st, "c", short).Credit, 1)
+	expect(t, "no dry unit while pressed", sync1(t, st, "d", short).Credit, 0)
+	time.Sleep(250 * time.Millisecond) // one period: the reservations outlive it
+	r := sync1(t, st, "d", short)
+	expect(t, "dry unit a period after the denial", r.Credit, 1)
+	expect(t, "pressed a period after the denial", r.Pressed, false)
+}
+
+func testTokenBucket(t *testing.T, st limiter.Store) {
+	ws := []limiter.Window{{Limit: 10, Period: time.Hour, Burst: 5}}
+	it := item("k", ws, 100)
+	it.Algorithm = limiter.TokenBucket
+	expect(t, "credit up to the burst", sync1(t, st, "a", it).Credit, 5)
+	interval := int64(time.Hour/time.Microsecond) / 10
+	it.Want, it.Unused = 0, 5
+	r0 := sync1(t, st, "a", it)
+	it.Hits = []limiter.Hit{{At: r0.Now, N: 5}}
+	it.Unused = 0
+	r := sync1(t, st, "a", it)
+	expect(t, "TAT after 5 units", r.Windows[0].TAT, r0.Now+5*interval)
+	expect(t, "credit of an empty bucket", r.Credit, 0)
+}
+
+func testMultipleWindows(t *testing.T, st limiter.Store) {
+	ws := []limiter.Window{{Limit: 100, Period: time.Hour}, {Limit: 5, Period: time.Minute}}
+	r := sync1(t, st, "a", item("k", ws, 1000))
+	expect(t, "credit of the tightest window", r.Credit, 5)
+	r0 := r.Now
+	it := item("k", ws, 0)
+	it.Unused = 5
+	it.Hits = []limiter.Hit{{At: r0, N: 3}}
+	r = sync1(t, st, "a", it)
+	expect(t, "hour usage", r.Windows[0].Cur, 3)
+	expect(t, "minute usage", r.Windows[1].Cur, 3)
+	expect(t, "kept after hits", r.Credit, 2)
+}
+
+// testRecordExpiry: once a key's windows are fresh and no reservation is
+// live, the store forgets it; until then it keeps it.
+func testRecordExpiry(t *testing.T, st limiter.Store) {
+	per := int64(time.Second / time.Microsecond)
+	run := func(key string, a limiter.Algorithm) (before, after limiter.SyncResult) {
+		it := item(key, fixed(10, time.Second), 0)
+		it.Algorithm = a
+		it.Lease = 0
+		r0 := sync1(t, st, "a", it)
+		if r0.Now%per > per*8/10 { // too close to the boundary: start in the next window
+			time.Sleep(time.Duration(per-r0.Now%per+20_000) * time.Microsecond)
+			r0 = sync1(t, st, "a", it)
+		}
+		it.Hits = []limiter.Hit{{At: r0.Now, N: 3}}
+		before = sync1(t, st, "a", it)
+		time.Sleep(time.Duration((before.Windows[0].Epoch+1)*per-before.Now+50_000) * time.Microsecond)
+		it.Hits = nil
+		return before, sync1(t, st, "a", it)
+	}
+	var wg sync.WaitGroup
+	wg.Add(2)
+	var fb, fa, sb, sa limiter.SyncResult
+	go func() { defer wg.Done(); fb, fa = run("fixed", limiter.FixedWindow) }()
+	go func() { defer wg.Done(); sb, sa = run("sliding", limiter.SlidingWindow) }()
+	wg.Wait()
+	if t.Failed() {
+		return
+	}
+	if fa.Windows[0].Epoch == fb.Windows[0].Epoch+1 {
+		// A fixed window is fresh in the next window: forgotten, so its
+		// count does not roll into Prev.
+		expect(t, "fixed window's previous count after expiry", fa.Windows[0].Prev, 0)
+	}
+	if sa.Windows[0].Epoch == sb.Windows[0].Epoch+1 {
+		// A sliding window still weighs the previous one: kept.
+		expect(t, "sliding window's previous count", sa.Windows[0].Prev, 3)
+	}
+}
+
+// testDistinctKeys: keys that differ only in bytes special to a key
+// layout ('{', '}', '|', ':', binary) share no state.
+func testDistinctKeys(t *testing.T, st limiter.Store) {
+	keys := []string{"a", "a{b}", "{a}b", "a}b{", "a|b", "a:b", "a\\:b", "\x00\xff", "", "a\x00", "{}", "{a}"}
+	ws := fixed(100, time.Hour)
+	for i, k := range keys {
+		r := sync1(t, st, "a", item(k, ws, uint64(i+1)))
+		expect(t, fmt.Sprintf("credit of %q", k), r.Credit, uint64(i+1))
+		expect(t, fmt.Sprintf("others on %q", k), r.Others, 0)
+	}
+	for i, k := range keys {
+		r := sync1(t, st, "b", item(k, ws, 100))
+		expect(t, fmt.Sprintf("b's others on %q", k), r.Others, uint64(i+1))
+		s := slots1(t, st, "a", limiter.SlotItem{Key: k, Max: 100, Held: uint64(i), Lease: time.Minute})
+		expect(t, fmt.Sprintf("slot others on %q", k), s.Others, 0)
+	}
+}
