@@ -116,19 +116,9 @@ func (l *Limiter) creditDecide(res *Result, cs *creditState, r *Request, hits ui
 		l.viewResult(res, cs, now, false, wait)
 		return
 	}
-	if now < cs.backedTo.Load() {
-		g := cs.grant.Load()
-		if c := cs.credit.Add(-n); c >= g/reserveShare {
-			cs.hits.Add(n)
-			if 2*c < g && cs.kicked.CompareAndSwap(false, true) {
-				// Early sync at half credit: due at the next tick, batched
-				// with the other keys; only waiters wake the loop at once.
-				l.enqueue(cs)
-			}
-			l.viewResult(res, cs, now, true, 0)
-			return
-		}
-		cs.credit.Add(n)
+	if l.spend(cs, n, now) {
+		l.viewResult(res, cs, now, true, 0)
+		return
 	}
 	if cs.orphan.Load() {
 		l.creditDecide(res, l.creditFor(r.Key, r.Rule, now), r, hits, now, dry)
@@ -137,6 +127,28 @@ func (l *Limiter) creditDecide(res *Result, cs *creditState, r *Request, hits ui
 	if *res = l.wait(cs, r.Rule, n, now); !res.Allowed {
 		cs.denied.Add(1)
 	}
+}
+
+// spend admits n units from the credit the reservation backs, leaving
+// the quarter of the last grant held back for late rounds; at half the
+// grant spent it asks for an early sync.
+func (l *Limiter) spend(cs *creditState, n, now int64) bool {
+	if now >= cs.backedTo.Load() {
+		return false
+	}
+	g := cs.grant.Load()
+	c := cs.credit.Add(-n)
+	if c < g/reserveShare {
+		cs.credit.Add(n)
+		return false
+	}
+	cs.hits.Add(n)
+	if 2*c < g && cs.kicked.CompareAndSwap(false, true) {
+		// Early sync at half credit: due at the next tick, batched with
+		// the other keys; only waiters wake the loop at once.
+		l.enqueue(cs)
+	}
+	return true
 }
 
 // refund takes n units back. Those this replica admitted and has not
