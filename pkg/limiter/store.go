@@ -87,8 +87,9 @@ type SyncResult struct {
 	Windows []WindowState
 	// Now is the store clock when the item was applied.
 	Now int64
-	// Pressed reports a key a replica denied a request of within its
-	// shortest period.
+	// Pressed reports a sliding-window key for which a replica reported
+	// requests waiting or denied within its shortest period: its units go
+	// to waiters only (KeyRecord.Pressed).
 	Pressed bool
 }
 
