@@ -241,10 +241,7 @@ func (cs *creditState) snapshotBoundary(snow int64) {
 	if cs.hits.Load() == 0 {
 		return
 	}
-	p := int64(cs.ws[0].Period)
-	for _, w := range cs.ws[1:] {
-		p = min(p, int64(w.Period))
-	}
+	p := shortest(cs.ws)
 	if (snow/p+1)*p-snow > int64(boundaryLead/time.Microsecond) {
 		return
 	}

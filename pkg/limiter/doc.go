@@ -29,9 +29,10 @@
 // next sync) and hands the rest back, and the store gives a replica that
 // runs dry one unit of a budget too small to split (of a sliding window,
 // only while its slack holds a unit for each replica and no request
-// waits or is denied), so at 0.9× of a limit almost no request waits. When the
-// store has been unreachable for the rule's CacheTTL, each replica enforces
-// ⌈L/N⌉ (or admits all, FailOpen) and pushes its admits on recovery.
+// waits or is denied), so at 0.9× of a limit almost no request waits.
+// When the store has been unreachable for the rule's CacheTTL, each
+// replica enforces ⌈L/N⌉ (or admits all, FailOpen) and pushes its admits
+// on recovery.
 //
 // Retry-After. A denial carries the time until every window admits the
 // request's units again; a retry at that instant is admitted unless other

@@ -138,7 +138,8 @@ func slackEach(ws []Window, s []WindowState, share float64, n int) bool {
 	return true
 }
 
-// shortest is the shortest period of ws.
+// shortest is the shortest period of ws, in the unit of their periods
+// (µs for the store's windows).
 func shortest(ws []Window) int64 {
 	p := int64(ws[0].Period)
 	for _, w := range ws[1:] {

@@ -26,8 +26,8 @@
 //
 // Scripts (embedded, loaded once, run with EVALSHA and reloaded on
 // NOSCRIPT): rate (the sync of one or more rate keys at one TIME), slots
-// (one concurrency key's sync) and heartbeat (renew a lease, drop expired ones, count live
-// replicas). Release and Leave are plain HDEL and ZREM.
+// (one concurrency key's sync) and heartbeat (renew a lease, drop expired
+// ones, count live replicas). Release and Leave are plain HDEL and ZREM.
 //
 // Clock. Scripts read Redis TIME, in microseconds since the Unix epoch,
 // so replica clocks may disagree. Lua numbers are doubles: the scripts
@@ -43,11 +43,10 @@
 // per node by a cluster client): SyncSlots one EVALSHA per item, Sync one
 // per batch of up to 32 keys on a single node or Sentinel master, whose
 // keys all live on one server, and one per key on a Cluster or Ring. The
-// store never retries:
-// the sync loop's next tick is the retry, so configure the client without
-// retries. A round that fails may still have applied some of its items;
-// replaying one only over-counts (hits are charged twice), never
-// over-admits.
+// store never retries: the sync loop's next tick is the retry, so
+// configure the client without retries. A round that fails may still have
+// applied some of its items; replaying one only over-counts (hits are
+// charged twice), never over-admits.
 //
 // Errors wrap limiter.ErrStoreUnavailable when Redis cannot be reached
 // (connection, timeout, loading, failover, cluster down).
