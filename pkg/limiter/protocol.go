@@ -2,6 +2,7 @@ package limiter
 
 import (
 	"math"
+	"slices"
 	"time"
 )
 
@@ -32,6 +33,9 @@ func storeWindows(ws []Window) []Window {
 type KeyRecord struct {
 	Windows      []WindowState
 	Reservations map[string]Reservation
+	// Shares are the replicas' static share records (a rule of one fixed
+	// or sliding window; see ShareRecord).
+	Shares map[string]ShareRecord
 	// Pressed is when a sliding-window key stops counting as pressed
 	// (store clock, Unix µs): one period of its shortest window after a
 	// replica last reported requests waiting or denied.
@@ -49,7 +53,8 @@ type Reservation struct {
 //  1. drop expired reservations and sum the other replicas' live ones;
 //  2. charge the pushed hits, each to the window it was admitted in (always
 //     recorded, even past the limit: the excess is debt later denials pay);
-//  3. avail = min over windows (remaining − others);
+//  3. avail = min over windows (remaining − others − unreported static
+//     shares, see ShareRecord);
 //  4. keep the part of the replica's unused credit its old reservation
 //     still backs and avail still holds;
 //  5. grant min(want, ⌊share · free / N⌋) of what is left, or one unit
@@ -58,7 +63,8 @@ type Reservation struct {
 //     report of requests waiting or denied;
 //  6. last mile: when waiters need more than that split gives, grant them
 //     directly from what is left, whatever N;
-//  7. record the reservation (kept + granted) until now + lease.
+//  7. record the reservation (kept + granted) until now + lease, or the
+//     epoch's end where it reaches into shares released in the epoch.
 func (r *KeyRecord) Sync(replica string, it *SyncItem, now int64) SyncResult {
 	ws := storeWindows(it.Windows)
 	if len(r.Windows) != len(ws) {
@@ -79,13 +85,14 @@ func (r *KeyRecord) Sync(replica string, it *SyncItem, now int64) SyncResult {
 		}
 	}
 	r.charge(it, ws, now)
+	held := r.chargeShares(replica, it, ws, now)
 	if it.Algorithm == SlidingWindow && (it.Denied > 0 || it.Waiting > 0) {
 		r.Pressed = now + shortest(ws)
 	}
 	avail := uint64(math.MaxUint64)
 	for i, w := range ws {
 		r.Windows[i].Roll(w, now)
-		avail = min(avail, satSub(r.Windows[i].Remaining(w, it.Algorithm, now), others))
+		avail = min(avail, satSub(r.Windows[i].Remaining(w, it.Algorithm, now), satAdd(others, held.all)))
 	}
 	kept := min(it.Unused, own, avail)
 	free := avail - kept
@@ -96,14 +103,18 @@ func (r *KeyRecord) Sync(replica string, it *SyncItem, now int64) SyncResult {
 	if it.Waiting > grant {
 		grant = max(grant, min(it.Waiting, free))
 	}
-	if mine := kept + grant; mine > 0 {
-		r.Reservations[replica] = Reservation{Units: mine, Expires: now + int64(it.Lease/time.Microsecond)}
+	mine := kept + grant
+	expires := shareExpiry(it, ws, mine, satSub(avail, held.released), now)
+	if mine > 0 {
+		r.Reservations[replica] = Reservation{Units: mine, Expires: expires}
 	} else {
 		delete(r.Reservations, replica)
 	}
 	out := make([]WindowState, len(r.Windows))
 	copy(out, r.Windows)
-	return SyncResult{Credit: kept + grant, Others: others, Windows: out, Now: now, Pressed: r.Pressed > now}
+	othersHeld := held.all - held.own
+	return SyncResult{Credit: mine, Others: satAdd(others, othersHeld), Windows: out, Now: now, Pressed: r.Pressed > now,
+		Expires: expires, Contended: othersHeld > 0 && (it.Want > grant || it.Waiting > grant)}
 }
 
 // dryGetsOne reports whether a replica that holds nothing and wants some
@@ -149,7 +160,7 @@ func shortest(ws []Window) int64 {
 }
 
 func (r *KeyRecord) charge(it *SyncItem, ws []Window, now int64) {
-	for _, h := range it.Hits {
+	for _, h := range slices.Concat(it.Hits, it.ShareHits) {
 		for i, w := range ws {
 			c := &r.Windows[i]
 			if h.N >= 0 {
@@ -187,6 +198,12 @@ func (r *KeyRecord) ExpiresAt(a Algorithm, ws []Window) int64 {
 	}
 	for _, res := range r.Reservations {
 		t = max(t, res.Expires)
+	}
+	if len(ws) == 1 {
+		w := storeWindows(ws)[0]
+		for _, s := range r.Shares {
+			t = max(t, s.State.FreshAt(w, a), (s.Released+1)*int64(w.Period))
+		}
 	}
 	return t
 }

@@ -29,8 +29,12 @@ type Store interface {
 	// Release drops replica's reservations on keys and its slots on
 	// slotKeys (shutdown, idle hand-back).
 	Release(ctx context.Context, replica string, keys, slotKeys []string) error
-	// Leave removes replica from the registry.
+	// Leave ends replica's lease now. The registry remembers it for the
+	// windows it may hold a share of (Membership.Members).
 	Leave(ctx context.Context, replica string) error
+	// Contention returns the keys other replicas than replica published
+	// since cursor (empty: from now on) and the cursor to read from next.
+	Contention(ctx context.Context, replica, cursor string) ([]Contended, string, error)
 }
 
 // ErrStoreUnavailable wraps store errors that mean "cannot be reached".
@@ -40,6 +44,37 @@ var ErrStoreUnavailable = errors.New("store unavailable")
 type Membership struct {
 	Replicas int   // live replicas, at least 1
 	Now      int64 // store clock, Unix µs
+	// Members lists every replica whose lease ended after Since, live
+	// ones included, in no order: enough to count the replicas that may
+	// hold a share of any window that began after Since (Sharers).
+	Members []Member
+	Since   int64
+}
+
+// Member is one replica in the registry: when it first joined and when
+// its lease ends (store clock, Unix µs).
+type Member struct {
+	Joined, Expires int64
+}
+
+// Sharers counts the replicas that may hold a static share of a window
+// that began at start (store clock, µs): those that joined at least a
+// lease before it and whose lease had not ended by then. Every replica
+// reading one registry counts the same, however stale its copy, as long
+// as the copy is younger than lease minus a heartbeat; it is 0 when the
+// registry no longer reaches back to start.
+func (m Membership) Sharers(start int64, lease time.Duration) int {
+	if start <= m.Since {
+		return 0
+	}
+	lu := int64(lease / time.Microsecond)
+	n := 0
+	for _, x := range m.Members {
+		if x.Joined <= start-lu && x.Expires > start {
+			n++
+		}
+	}
+	return n
 }
 
 // Hit is a number of units admitted at an instant (store clock, Unix µs).
@@ -73,6 +108,21 @@ type SyncItem struct {
 	Replicas int
 	// Lease is how long the reservation stays valid without a sync.
 	Lease time.Duration
+	// Sharers, when positive, gives the rule static shares: each of the
+	// Sharers replicas that may hold a share of the window's current epoch
+	// (Membership.Sharers) admits up to ⌊Share·Limit/Sharers⌋ of it with no
+	// round trip, and the store counts what each has not reported as
+	// reserved (KeyRecord.Sync). Only rules of one fixed or sliding window
+	// have static shares; zero means none.
+	Sharers int
+	// ShareHits are units admitted from the replica's static share. They
+	// are charged to the window like Hits and to the replica's share
+	// record.
+	ShareHits []Hit
+	// Release, when nonzero, is the instant (store clock, µs) at which the
+	// replica gave up the rest of its static share of the epoch that
+	// contains it: another replica needs that budget (Contention).
+	Release int64
 }
 
 // SyncResult is a store's answer for one SyncItem.
@@ -91,6 +141,24 @@ type SyncResult struct {
 	// requests waiting or denied within its shortest period: its units go
 	// to waiters only (KeyRecord.Pressed).
 	Pressed bool
+	// Expires is when the reservation lapses (store clock, µs): now +
+	// lease, or the end of the window's epoch for credit granted from
+	// shares released in it.
+	Expires int64
+	// Contended reports that the replica wanted more than it was granted
+	// while other replicas hold unreported static shares: the store
+	// publishes the key to every replica (Contention), so they release.
+	Contended bool
+}
+
+// Contended is a key published because one replica needs budget other
+// replicas hold as static shares.
+type Contended struct {
+	Key       string
+	Algorithm Algorithm
+	Windows   []Window
+	// Replica is the replica that needs it.
+	Replica string
 }
 
 // SlotItem is one concurrency key's part of a sync round.

@@ -121,3 +121,11 @@ func (f *FaultyStore) Leave(ctx context.Context, replica string) error {
 	}
 	return f.inner.Leave(ctx, replica)
 }
+
+// Contention forwards to the wrapped store unless a fault fails it.
+func (f *FaultyStore) Contention(ctx context.Context, replica, cursor string) ([]limiter.Contended, string, error) {
+	if err := f.before(ctx, "contention", replica); err != nil {
+		return nil, cursor, err
+	}
+	return f.inner.Contention(ctx, replica, cursor)
+}

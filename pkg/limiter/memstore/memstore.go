@@ -11,6 +11,9 @@ package memstore
 
 import (
 	"context"
+	"fmt"
+	"slices"
+	"strconv"
 	"sync"
 	"time"
 
@@ -23,8 +26,25 @@ type Store struct {
 	mu       sync.Mutex
 	keys     map[string]*keyEntry
 	slots    map[string]*limiter.ConcRecord
-	replicas map[string]int64 // replica → lease expiry, µs
+	replicas map[string]limiter.Member
+	since    int64 // the registry lists every replica whose lease ended after since
+	feed     []feedEntry
+	seq      uint64 // of the last feed entry
 }
+
+// feedEntry is one published contention.
+type feedEntry struct {
+	seq uint64
+	c   limiter.Contended
+}
+
+// Registry and feed bounds: a replica is remembered for retain after its
+// lease ends, up to maxMembers; the feed keeps the last maxFeed entries.
+const (
+	retain     = 25 * time.Hour
+	maxMembers = 1024
+	maxFeed    = 1024
+)
 
 type keyEntry struct {
 	rec     limiter.KeyRecord
@@ -40,7 +60,7 @@ func New(clock limiter.Clock) *Store {
 		clock:    clock,
 		keys:     make(map[string]*keyEntry),
 		slots:    make(map[string]*limiter.ConcRecord),
-		replicas: make(map[string]int64),
+		replicas: make(map[string]limiter.Member),
 	}
 }
 
@@ -67,8 +87,44 @@ func (s *Store) Sync(ctx context.Context, replica string, items []limiter.SyncIt
 		}
 		out[i] = e.rec.Sync(replica, it, now)
 		e.expires = max(e.rec.ExpiresAt(it.Algorithm, it.Windows), now+1)
+		if out[i].Contended {
+			s.publish(limiter.Contended{Key: it.Key, Algorithm: it.Algorithm, Windows: it.Windows, Replica: replica})
+		}
 	}
 	return nil
+}
+
+func (s *Store) publish(c limiter.Contended) {
+	s.seq++
+	s.feed = append(s.feed, feedEntry{seq: s.seq, c: c})
+	if len(s.feed) > maxFeed {
+		s.feed = slices.Delete(s.feed, 0, len(s.feed)-maxFeed)
+	}
+}
+
+// Contention returns the keys other replicas published after cursor, a
+// sequence number; the empty cursor starts from now.
+func (s *Store) Contention(ctx context.Context, replica, cursor string) ([]limiter.Contended, string, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, cursor, err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	next := strconv.FormatUint(s.seq, 10)
+	if cursor == "" {
+		return nil, next, nil
+	}
+	after, err := strconv.ParseUint(cursor, 10, 64)
+	if err != nil {
+		return nil, cursor, fmt.Errorf("contention cursor %q: %w", cursor, err)
+	}
+	var out []limiter.Contended
+	for _, e := range s.feed {
+		if e.seq > after && e.c.Replica != replica {
+			out = append(out, e.c)
+		}
+	}
+	return out, next, nil
 }
 
 // SyncSlots applies concurrency items in one critical section.
@@ -98,17 +154,43 @@ func (s *Store) Heartbeat(ctx context.Context, replica string, lease time.Durati
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	now := s.now()
-	s.replicas[replica] = now + int64(lease/time.Microsecond)
-	n := 0
-	for id, exp := range s.replicas {
-		if exp <= now {
-			delete(s.replicas, id)
-			continue
-		}
-		n++
+	m, ok := s.replicas[replica]
+	if !ok {
+		m.Joined = now
 	}
+	m.Expires = now + int64(lease/time.Microsecond)
+	s.replicas[replica] = m
+	s.forget(now)
+	out := limiter.Membership{Now: now, Since: s.since, Members: make([]limiter.Member, 0, len(s.replicas))}
+	for _, m := range s.replicas {
+		if m.Expires > now {
+			out.Replicas++
+		}
+		out.Members = append(out.Members, m)
+	}
+	out.Replicas = max(out.Replicas, 1)
 	s.sweep(now)
-	return limiter.Membership{Replicas: max(n, 1), Now: now}, nil
+	return out, nil
+}
+
+// forget drops the replicas whose lease ended more than retain ago, and
+// the oldest ones past maxMembers, moving since to the latest lease end
+// dropped.
+func (s *Store) forget(now int64) {
+	for len(s.replicas) > 0 {
+		var oldest string
+		for id, m := range s.replicas {
+			if oldest == "" || m.Expires < s.replicas[oldest].Expires {
+				oldest = id
+			}
+		}
+		m := s.replicas[oldest]
+		if m.Expires > now-int64(retain/time.Microsecond) && len(s.replicas) <= maxMembers {
+			return
+		}
+		s.since = max(s.since, m.Expires)
+		delete(s.replicas, oldest)
+	}
 }
 
 // sweep forgets keys whose windows are fresh and reservations expired.
@@ -140,14 +222,17 @@ func (s *Store) Release(ctx context.Context, replica string, keys, slotKeys []st
 	return nil
 }
 
-// Leave removes replica from the registry.
+// Leave ends replica's lease now; the registry remembers it (forget).
 func (s *Store) Leave(ctx context.Context, replica string) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	delete(s.replicas, replica)
+	if m, ok := s.replicas[replica]; ok {
+		m.Expires = min(m.Expires, s.now())
+		s.replicas[replica] = m
+	}
 	return nil
 }
 

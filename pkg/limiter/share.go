@@ -1,0 +1,120 @@
+package limiter
+
+import "time"
+
+// Static shares, the store's side. A rule of one fixed or sliding window
+// gives each of the n replicas that may hold a share of the window's
+// current epoch (SyncItem.Sharers) a static share S = ⌊share·L/n⌋ of it,
+// which the replica admits with no round trip and reports when it syncs
+// the key anyway. The store counts every share it has not been told about
+// as reserved, so credit granted beyond the shares stays exact:
+//
+//	usage + Σ reservations + Σ unreported shares ≤ L
+//
+// A replica with no share record counts S; one with a record counts S
+// less the share hits it pushed (its State), or nothing in an epoch in
+// which it released its share. Shares are counted at the n of the caller:
+// every replica reading the registry counts the same n for an epoch
+// (Membership.Sharers).
+
+// ShareRecord is what a store keeps of one replica's static share of a
+// rate key.
+type ShareRecord struct {
+	// State counts the share hits the replica pushed, in the window's own
+	// arithmetic.
+	State WindowState
+	// Released is the epoch (window index) in which the replica last gave
+	// up the rest of its share; zero: never.
+	Released int64
+}
+
+// sharesOf reports whether it gives its rule static shares.
+func sharesOf(it *SyncItem) bool {
+	return it.Sharers > 0 && len(it.Windows) == 1 && it.Algorithm != TokenBucket
+}
+
+// ShareSize is each replica's static share of window w when n replicas
+// may hold one: ⌊share·Limit/n⌋, share as SyncItem.Share.
+func ShareSize(w Window, share float64, n int) uint64 { return splitShare(w.Limit, share, n) }
+
+// heldShares is what a key's static shares hold of its window at an
+// instant: all unreported shares, the caller's own, and the part released
+// in the current epoch (which returns with the next).
+type heldShares struct {
+	all, own, released uint64
+}
+
+// chargeShares records the caller's share hits and release in its share
+// record, drops the records that no longer count, and sums up the shares.
+// ws are the item's windows in store units; the windows are charged with
+// the share hits by charge. It returns the zero heldShares for a rule
+// without shares.
+func (r *KeyRecord) chargeShares(replica string, it *SyncItem, ws []Window, now int64) heldShares {
+	if !sharesOf(it) && len(it.ShareHits) == 0 && it.Release == 0 {
+		return heldShares{}
+	}
+	w := ws[0]
+	if r.Shares == nil {
+		r.Shares = make(map[string]ShareRecord)
+	}
+	if len(it.ShareHits) > 0 || it.Release != 0 {
+		rec := r.Shares[replica]
+		for _, h := range it.ShareHits {
+			if h.N > 0 {
+				rec.State.ChargeAt(w, it.Algorithm, h.At, now, uint64(h.N))
+				rec.State.Cur, rec.State.Prev = min(rec.State.Cur, maxExact), min(rec.State.Prev, maxExact)
+			}
+		}
+		if it.Release != 0 {
+			rec.Released = max(rec.Released, min(it.Release, now)/int64(w.Period))
+		}
+		r.Shares[replica] = rec
+	}
+	epoch := now / int64(w.Period)
+	for id, rec := range r.Shares {
+		if rec.State.FreshAt(w, it.Algorithm) <= now && rec.Released < epoch {
+			delete(r.Shares, id)
+		}
+	}
+	if !sharesOf(it) {
+		return heldShares{}
+	}
+	size := ShareSize(w, it.Share, it.Sharers)
+	sw := Window{Limit: size, Period: w.Period}
+	var h heldShares
+	for id, rec := range r.Shares {
+		rec.State.Roll(sw, now)
+		left := rec.State.Remaining(sw, it.Algorithm, now)
+		if rec.Released == epoch {
+			h.released = satAdd(h.released, left)
+			left = 0
+		}
+		h.all = satAdd(h.all, left)
+		if id == replica {
+			h.own = left
+		}
+	}
+	unreported := uint64(max(it.Sharers-len(r.Shares), 0))
+	h.all = satAdd(h.all, satMul(unreported, size))
+	return h
+}
+
+// shareExpiry is when a reservation of units lapses: now + lease, or the
+// end of the window's epoch when the units reach into shares released in
+// it, which return with the next epoch. perm is what avail would be with
+// those shares back.
+func shareExpiry(it *SyncItem, ws []Window, units, perm uint64, now int64) int64 {
+	exp := now + int64(it.Lease/time.Microsecond)
+	if units > perm && sharesOf(it) {
+		p := int64(ws[0].Period)
+		exp = min(exp, (now/p+1)*p)
+	}
+	return exp
+}
+
+func satMul(a, b uint64) uint64 {
+	if a != 0 && b > maxExact/a {
+		return maxExact
+	}
+	return a * b
+}
