@@ -18,6 +18,8 @@ type benchConfig struct {
 	domain      string
 	descriptor  string
 	keys        int
+	zipf        float64 // exponent of the key draw; 0: keys in turn
+	seed        uint64  // seed of the key draw
 	hits        uint32
 	concurrency int
 	duration    time.Duration // 0: no time bound (count must be set)
@@ -27,14 +29,19 @@ type benchConfig struct {
 	pids        []int
 	json        bool
 	progress    bool
+	limit       uint64 // per-key limit the answers are checked against; 0: no check
+	window      int64  // the limit's window in seconds
 }
+
+// windows are the -per values: a limit's window length in seconds.
+var windows = map[string]int64{"second": 1, "minute": 60}
 
 // defaultDuration applies when neither -d nor -n is given.
 const defaultDuration = 10 * time.Second
 
 func parseBenchFlags(args []string, stderr io.Writer) (benchConfig, error) {
 	var cfg benchConfig
-	var addrs, pids string
+	var addrs, pids, per string
 	var hits uint
 	fs := flag.NewFlagSet("rlsbench", flag.ContinueOnError)
 	fs.SetOutput(stderr)
@@ -44,6 +51,8 @@ func parseBenchFlags(args []string, stderr io.Writer) (benchConfig, error) {
 	fs.StringVar(&cfg.domain, "domain", "rlsbench", "rate limit domain")
 	fs.StringVar(&cfg.descriptor, "descriptor", "api_key={k}", "descriptor `template`: k=v,k=v per descriptor, ';' between descriptors, {k} is the key index")
 	fs.IntVar(&cfg.keys, "keys", 100, "number of distinct keys ({k} runs over 0..keys-1)")
+	fs.Float64Var(&cfg.zipf, "zipf", 0, "draw each request's key from a Zipf distribution with exponent `s` > 1 over 0..keys-1, key 0 the most popular (0: keys in turn)")
+	fs.Uint64Var(&cfg.seed, "seed", 1, "seed of the -zipf draw; worker i draws from its own stream (seed, i)")
 	fs.UintVar(&hits, "hits", 1, "hits_addend of each request (0 leaves it unset)")
 	fs.IntVar(&cfg.concurrency, "c", 16, "concurrent workers (with -rate: most requests in flight)")
 	fs.DurationVar(&cfg.duration, "d", 0, "run `duration` (default 10s unless -n is set)")
@@ -53,6 +62,8 @@ func parseBenchFlags(args []string, stderr io.Writer) (benchConfig, error) {
 	fs.StringVar(&pids, "pids", "", "comma-separated `PIDs` whose CPU time is measured over the run")
 	fs.BoolVar(&cfg.json, "json", false, "print the report as JSON")
 	fs.BoolVar(&cfg.progress, "progress", false, "print a progress line every second to stderr")
+	fs.Uint64Var(&cfg.limit, "limit", 0, "per-key limit `N` to check the answers against: count keys admitted more than N in a window, and keys denied in a window in which they were sent at most N (0: no check)")
+	fs.StringVar(&per, "per", "second", "window of -limit: second or minute (Unix-aligned, by send time)")
 	if err := fs.Parse(args); err != nil {
 		return cfg, err
 	}
@@ -68,6 +79,10 @@ func parseBenchFlags(args []string, stderr io.Writer) (benchConfig, error) {
 		return cfg, fmt.Errorf("-hits %d exceeds %d", hits, uint32(math.MaxUint32))
 	}
 	cfg.hits = uint32(hits)
+	var ok bool
+	if cfg.window, ok = windows[per]; !ok {
+		return cfg, fmt.Errorf("-per must be second or minute, got %q", per)
+	}
 	if cfg.duration == 0 && cfg.count == 0 {
 		cfg.duration = defaultDuration
 	}
@@ -85,6 +100,7 @@ func (c benchConfig) validate() error {
 	check(c.conns >= 1, "-conns must be at least 1, got %d", c.conns)
 	check(c.domain != "", "-domain must not be empty")
 	check(c.keys >= 1, "-keys must be at least 1, got %d", c.keys)
+	check(c.zipf == 0 || (c.zipf > 1 && !math.IsInf(c.zipf, 0)), "-zipf must be 0 or a finite number > 1, got %g", c.zipf)
 	check(c.concurrency >= 1, "-c must be at least 1, got %d", c.concurrency)
 	check(c.duration >= 0, "-d must not be negative")
 	check(c.count >= 0, "-n must not be negative")

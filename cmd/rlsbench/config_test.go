@@ -18,6 +18,9 @@ func TestFlagDefaults(t *testing.T) {
 	if cfg.duration != defaultDuration || cfg.count != 0 || cfg.concurrency != 16 || cfg.hits != 1 || cfg.rate != 0 {
 		t.Errorf("defaults %+v", cfg)
 	}
+	if cfg.zipf != 0 || cfg.seed != 1 || cfg.limit != 0 || cfg.window != 1 {
+		t.Errorf("defaults: zipf %g seed %d limit %d window %d, want keys in turn and no limit check", cfg.zipf, cfg.seed, cfg.limit, cfg.window)
+	}
 	cfg, err = parseBenchFlags([]string{"-n", "10"}, io.Discard)
 	if err != nil || cfg.duration != 0 || cfg.count != 10 {
 		t.Errorf("-n alone: duration %v count %d err %v, want no time bound", cfg.duration, cfg.count, err)
@@ -34,6 +37,16 @@ func TestFlagLists(t *testing.T) {
 	}
 	if cfg.duration != 2*time.Second || cfg.hits != 0 {
 		t.Errorf("duration %v hits %d", cfg.duration, cfg.hits)
+	}
+}
+
+func TestFlagKeysAndLimit(t *testing.T) {
+	cfg, err := parseBenchFlags([]string{"-zipf", "1.1", "-seed", "9", "-limit", "100", "-per", "minute"}, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg.zipf != 1.1 || cfg.seed != 9 || cfg.limit != 100 || cfg.window != 60 {
+		t.Errorf("zipf %g seed %d limit %d window %d, want 1.1, 9, 100, 60", cfg.zipf, cfg.seed, cfg.limit, cfg.window)
 	}
 }
 
@@ -54,6 +67,11 @@ func TestFlagErrors(t *testing.T) {
 		{[]string{"-descriptor", "a=1;=2"}, "is not key=value"},
 		{[]string{"-pids", "12,x"}, `"x" is not a process id`},
 		{[]string{"-hits", "4294967296"}, "exceeds"},
+		{[]string{"-zipf", "1"}, "-zipf must be 0 or a finite number > 1"},
+		{[]string{"-zipf", "0.5"}, "-zipf must be"},
+		{[]string{"-zipf", "-2"}, "-zipf must be"},
+		{[]string{"-zipf", "NaN"}, "-zipf must be"},
+		{[]string{"-per", "hour"}, `-per must be second or minute, got "hour"`},
 		{[]string{"extra"}, `unexpected argument "extra"`},
 	}
 	for _, tt := range tests {

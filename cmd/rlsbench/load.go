@@ -43,6 +43,7 @@ type worker struct {
 	codes     [numCodes]uint64
 	perAddr   []addrStats
 	tally     *localTally
+	draw      *keyDraw // nil: keys in turn
 }
 
 // loader drives one run. It is built by runLoad and lives for one run.
@@ -67,6 +68,7 @@ type runResult struct {
 	interrupted bool
 	workers     []*worker
 	rows        []secondRow
+	limit       *limitReport // nil without -limit
 	cpu         []cpuUsage
 }
 
@@ -106,6 +108,9 @@ func (l *loader) run(ctx context.Context, stderr io.Writer) *runResult {
 	l.start = time.Now()
 	l.clock = newSecondClock(l.start)
 	l.acc = newAccuracy(l.clock.second(l.start), l.cfg.concurrency)
+	if l.cfg.limit > 0 {
+		l.acc.checkLimit(l.cfg.limit, l.cfg.window)
+	}
 	loadCtx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	if l.cfg.duration > 0 {
@@ -115,7 +120,11 @@ func (l *loader) run(ctx context.Context, stderr io.Writer) *runResult {
 	}
 
 	for i := range l.cfg.concurrency {
-		w := &worker{perAddr: make([]addrStats, len(l.clients)), tally: l.acc.local(i)}
+		w := &worker{
+			perAddr: make([]addrStats, len(l.clients)),
+			tally:   l.acc.local(i),
+			draw:    newKeyDraw(l.cfg.zipf, l.cfg.keys, l.cfg.seed, i),
+		}
 		for a := range w.perAddr {
 			w.perAddr[a].Addr = l.cfg.addrs[a]
 		}
@@ -136,6 +145,7 @@ func (l *loader) run(ctx context.Context, stderr io.Writer) *runResult {
 		interrupted: ctx.Err() != nil,
 		workers:     l.workers,
 		rows:        l.acc.result(),
+		limit:       l.acc.limit(),
 	}
 }
 
@@ -166,12 +176,16 @@ func (l *loader) work(ctx context.Context, w *worker) {
 
 // send issues request i. Addresses take turns request by request; each
 // key is sent to every address in turn, so with several replicas every
-// key is spread over all of them.
+// key is spread over all of them. With -zipf the key is the worker's
+// next draw instead, and lands on whichever address request i goes to.
 func (l *loader) send(w *worker, i int64, due time.Time) {
 	naddr := int64(len(l.clients))
 	addr := int(i % naddr)
 	round := i / naddr
 	key := int(round % int64(l.cfg.keys))
+	if w.draw != nil {
+		key = w.draw.next()
+	}
 	client := l.clients[addr][round%int64(l.cfg.conns)]
 	req := l.tmpl.request(key)
 
@@ -183,15 +197,15 @@ func (l *loader) send(w *worker, i int64, due time.Time) {
 	if due.IsZero() {
 		due = sent
 	}
-	admitted := w.record(addr, end.Sub(due), len(req.GetDescriptors()), resp, err)
-	w.tally.add(l.clock.second(sent), key, admitted)
+	o := w.record(addr, end.Sub(due), len(req.GetDescriptors()), resp, err)
+	w.tally.add(l.clock.second(sent), key, o)
 }
 
-// record counts one answer and reports whether it admitted the request.
-// Like Envoy, it takes any answer other than OVER_LIMIT as admitted, and
-// counts answers that break the protocol (UNKNOWN overall code, or not
-// one status per descriptor) as malformed as well.
-func (w *worker) record(addr int, latency time.Duration, ndesc int, resp *ratelimitv3.RateLimitResponse, err error) bool {
+// record counts one answer and returns its outcome. Like Envoy, it takes
+// any answer other than OVER_LIMIT as admitted, and counts answers that
+// break the protocol (UNKNOWN overall code, or not one status per
+// descriptor) as malformed as well.
+func (w *worker) record(addr int, latency time.Duration, ndesc int, resp *ratelimitv3.RateLimitResponse, err error) outcome {
 	pa := &w.perAddr[addr]
 	pa.Requests++
 	if err != nil {
@@ -202,20 +216,20 @@ func (w *worker) record(addr int, latency time.Duration, ndesc int, resp *rateli
 		w.codes[code]++
 		w.errs.Add(1)
 		pa.Errors++
-		return false
+		return failed
 	}
 	w.hist.record(latency)
 	if resp.GetOverallCode() == ratelimitv3.RateLimitResponse_OVER_LIMIT {
 		w.over.Add(1)
 		pa.OverLimit++
-		return false
+		return denied
 	}
 	if resp.GetOverallCode() != ratelimitv3.RateLimitResponse_OK || len(resp.GetStatuses()) != ndesc {
 		w.malformed++
 	}
 	w.ok.Add(1)
 	pa.OK++
-	return true
+	return admitted
 }
 
 // sleepUntil waits until t, reusing *timer. It reports false if ctx ends

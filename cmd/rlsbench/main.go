@@ -4,10 +4,15 @@
 // when requests are spread over several replicas.
 //
 //	rlsbench -addr rls-0:8081,rls-1:8081 -descriptor 'api_key={k}' -keys 50 -c 32 -d 30s
+//	rlsbench -addr rls-0:8081 -descriptor 'user={k}' -keys 1000 -zipf 1.1 -limit 10 -per second
 //	rlsbench serve-noop -addr :8081
 //
 // serve-noop answers OK to everything, so a run against it gives the
 // floor: the cost of a gRPC call that decides nothing.
+//
+// -zipf draws each request's key from a Zipf law instead of taking keys in
+// turn; -limit and -per check every key's answers against its limit, window
+// by window.
 package main
 
 import (

@@ -36,6 +36,8 @@ type reportConfig struct {
 	Domain          string   `json:"domain"`
 	Descriptor      string   `json:"descriptor"`
 	Keys            int      `json:"keys"`
+	Zipf            float64  `json:"zipf"`
+	Seed            uint64   `json:"seed"`
 	Hits            uint32   `json:"hits"`
 	Concurrency     int      `json:"concurrency"`
 	DurationSeconds float64  `json:"duration_seconds"`
@@ -67,6 +69,8 @@ type accuracyReport struct {
 	MaxKeyIndex    int         `json:"max_key_index"`
 	MaxKeyUnix     int64       `json:"max_key_unix"`
 	Seconds        []secondRow `json:"seconds"`
+	// Limit is the outcome of -limit, absent without it.
+	Limit *limitReport `json:"limit,omitempty"`
 }
 
 func newReport(r *runResult) *report {
@@ -101,7 +105,7 @@ func newReport(r *runResult) *report {
 		rep.ThroughputRPS = float64(rep.Requests) / r.elapsed.Seconds()
 	}
 	rep.Latency = latencyOf(&hist)
-	rep.Accuracy = accuracyOf(r.rows, r.tmpl)
+	rep.Accuracy = accuracyOf(r.rows, r.limit, r.tmpl)
 	return rep
 }
 
@@ -112,6 +116,8 @@ func configReport(c benchConfig) reportConfig {
 		Domain:          c.domain,
 		Descriptor:      c.descriptor,
 		Keys:            c.keys,
+		Zipf:            c.zipf,
+		Seed:            c.seed,
 		Hits:            c.hits,
 		Concurrency:     c.concurrency,
 		DurationSeconds: c.duration.Seconds(),
@@ -147,8 +153,11 @@ func latencyOf(h *histogram) latencyReport {
 	}
 }
 
-func accuracyOf(rows []secondRow, tmpl *requestTemplate) accuracyReport {
-	a := accuracyReport{Seconds: rows, MaxKeyIndex: -1}
+func accuracyOf(rows []secondRow, limit *limitReport, tmpl *requestTemplate) accuracyReport {
+	a := accuracyReport{Seconds: rows, MaxKeyIndex: -1, Limit: limit}
+	if limit != nil && limit.MaxKeyIndex >= 0 {
+		limit.MaxKey = tmpl.keyName(limit.MaxKeyIndex)
+	}
 	if a.Seconds == nil {
 		a.Seconds = []secondRow{}
 	}

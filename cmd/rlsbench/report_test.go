@@ -31,7 +31,7 @@ func TestJSONSchema(t *testing.T) {
 	wantKeys(t, "report", doc, "config", "started", "duration_seconds", "interrupted", "requests",
 		"throughput_rps", "ok", "over_limit", "errors", "errors_by_code", "malformed", "latency_us",
 		"per_address", "accuracy", "cpu")
-	wantKeys(t, "config", doc["config"], "addrs", "conns_per_addr", "domain", "descriptor", "keys", "hits",
+	wantKeys(t, "config", doc["config"], "addrs", "conns_per_addr", "domain", "descriptor", "keys", "zipf", "seed", "hits",
 		"concurrency", "duration_seconds", "count", "rate", "timeout_seconds")
 	wantKeys(t, "latency_us", doc["latency_us"], "count", "min", "mean", "p50", "p90", "p99", "max")
 	wantKeys(t, "accuracy", doc["accuracy"], "offered", "admitted", "max_key_admitted_per_second",
@@ -40,7 +40,7 @@ func TestJSONSchema(t *testing.T) {
 	if len(seconds) == 0 {
 		t.Fatal("accuracy.seconds is empty")
 	}
-	wantKeys(t, "accuracy.seconds[0]", seconds[0], "unix", "offset", "offered", "admitted", "keys",
+	wantKeys(t, "accuracy.seconds[0]", seconds[0], "unix", "offset", "offered", "admitted", "over_limit", "keys",
 		"max_key_admitted", "max_key")
 	wantKeys(t, "per_address[0]", doc["per_address"].([]any)[0], "addr", "requests", "ok", "over_limit", "errors")
 	wantKeys(t, "cpu[0]", doc["cpu"].([]any)[0], "pid", "label", "cpu_seconds", "cpu_seconds_per_100k_requests")

@@ -17,9 +17,25 @@ import (
 // hot path takes no lock. A second is final once every worker has moved
 // past it.
 
-// keyCount is the tally of one key in one second.
+// outcome is what became of one request.
+type outcome uint8
+
+const (
+	admitted outcome = iota // answered, and not OVER_LIMIT
+	denied                  // answered OVER_LIMIT
+	failed                  // the call failed
+)
+
+// keyCount is the tally of one key in one second or window: requests
+// offered, and of those the admitted and the denied (the rest failed).
 type keyCount struct {
-	offered, admitted uint64
+	offered, admitted, denied uint64
+}
+
+func (c *keyCount) addCount(o keyCount) {
+	c.offered += o.offered
+	c.admitted += o.admitted
+	c.denied += o.denied
 }
 
 // secondRow is the final tally of one second.
@@ -28,6 +44,7 @@ type secondRow struct {
 	Offset         int64  `json:"offset"` // seconds since the run's first second
 	Offered        uint64 `json:"offered"`
 	Admitted       uint64 `json:"admitted"`
+	OverLimit      uint64 `json:"over_limit"`
 	Keys           int    `json:"keys"`
 	MaxKeyAdmitted uint64 `json:"max_key_admitted"`
 	MaxKey         int    `json:"max_key"` // key index with MaxKeyAdmitted
@@ -42,6 +59,7 @@ type accuracy struct {
 	open     map[int64]map[int]keyCount
 	workerAt []int64 // second each worker is counting; MaxInt64 once done
 	rows     []secondRow
+	check    *limitCheck // nil: no per-key limit to check
 }
 
 func newAccuracy(first int64, workers int) *accuracy {
@@ -65,9 +83,15 @@ func (a *accuracy) local(worker int) *localTally {
 	return &localTally{acc: a, worker: worker, second: a.first, keys: map[int]keyCount{}}
 }
 
+// checkLimit makes a check the answers against limit per window seconds.
+// Call it before the workers start.
+func (a *accuracy) checkLimit(limit uint64, window int64) {
+	a.check = newLimitCheck(limit, window)
+}
+
 // add counts one request for key sent in Unix second sec. A worker's
 // seconds must not decrease.
-func (l *localTally) add(sec int64, key int, admitted bool) {
+func (l *localTally) add(sec int64, key int, o outcome) {
 	if sec != l.second {
 		l.acc.merge(l.worker, l.second, l.keys, sec)
 		clear(l.keys)
@@ -75,8 +99,11 @@ func (l *localTally) add(sec int64, key int, admitted bool) {
 	}
 	kc := l.keys[key]
 	kc.offered++
-	if admitted {
+	switch o {
+	case admitted:
 		kc.admitted++
+	case denied:
+		kc.denied++
 	}
 	l.keys[key] = kc
 }
@@ -101,8 +128,7 @@ func (a *accuracy) merge(worker int, sec int64, keys map[int]keyCount, next int6
 		}
 		for k, c := range keys {
 			t := m[k]
-			t.offered += c.offered
-			t.admitted += c.admitted
+			t.addCount(c)
 			m[k] = t
 		}
 	}
@@ -110,10 +136,21 @@ func (a *accuracy) merge(worker int, sec int64, keys map[int]keyCount, next int6
 	low := slices.Min(a.workerAt)
 	for s, m := range a.open {
 		if s < low {
-			a.rows = append(a.rows, a.row(s, m))
-			delete(a.open, s)
+			a.final(s, m)
 		}
 	}
+	if a.check != nil {
+		a.check.closeBefore(low)
+	}
+}
+
+// final makes second sec, whose tally is keys, a row.
+func (a *accuracy) final(sec int64, keys map[int]keyCount) {
+	a.rows = append(a.rows, a.row(sec, keys))
+	if a.check != nil {
+		a.check.add(sec, keys)
+	}
+	delete(a.open, sec)
 }
 
 func (a *accuracy) row(sec int64, keys map[int]keyCount) secondRow {
@@ -121,6 +158,7 @@ func (a *accuracy) row(sec int64, keys map[int]keyCount) secondRow {
 	for k, c := range keys {
 		r.Offered += c.offered
 		r.Admitted += c.admitted
+		r.OverLimit += c.denied
 		if c.admitted > r.MaxKeyAdmitted || (c.admitted == r.MaxKeyAdmitted && (r.MaxKey < 0 || k < r.MaxKey)) {
 			r.MaxKeyAdmitted, r.MaxKey = c.admitted, k
 		}
@@ -134,11 +172,24 @@ func (a *accuracy) result() []secondRow {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	for s, m := range a.open { // only when a worker never called done
-		a.rows = append(a.rows, a.row(s, m))
-		delete(a.open, s)
+		a.final(s, m)
+	}
+	if a.check != nil {
+		a.check.closeBefore(math.MaxInt64)
 	}
 	slices.SortFunc(a.rows, func(x, y secondRow) int { return int(x.Unix - y.Unix) })
 	return slices.Clone(a.rows)
+}
+
+// limit returns the outcome of the limit check, nil without one. Call it
+// after result.
+func (a *accuracy) limit() *limitReport {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.check == nil {
+		return nil
+	}
+	return a.check.result()
 }
 
 // secondClock maps monotonic instants to Unix seconds, anchored at one

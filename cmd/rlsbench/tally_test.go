@@ -11,28 +11,30 @@ func TestAccuracyTable(t *testing.T) {
 	a := newAccuracy(100, 2)
 	w0, w1 := a.local(0), a.local(1)
 
-	// Second 100: key 1 offered 3 (2 admitted), key 2 offered 1.
-	w0.add(100, 1, true)
-	w0.add(100, 1, false)
-	w1.add(100, 1, true)
-	w1.add(100, 2, false)
+	// Second 100: key 1 offered 3 (2 admitted, 1 denied), key 2 offered 2
+	// (1 denied, 1 failed).
+	w0.add(100, 1, admitted)
+	w0.add(100, 1, denied)
+	w1.add(100, 1, admitted)
+	w1.add(100, 2, denied)
+	w1.add(100, 2, failed)
 	// Second 101: key 2 admitted 3 times over both workers.
-	w0.add(101, 2, true)
+	w0.add(101, 2, admitted)
 	if got := rowsNow(a); len(got) != 0 {
 		t.Fatalf("second 100 final while worker 1 may still add to it: %+v", got)
 	}
-	w1.add(101, 2, true)
-	w1.add(101, 2, true)
+	w1.add(101, 2, admitted)
+	w1.add(101, 2, admitted)
 	if got := rowsNow(a); len(got) != 1 || got[0].Unix != 100 {
 		t.Fatalf("after both workers moved on, final rows %+v, want second 100", got)
 	}
 	// Worker 1 skips to second 103; second 102 has no traffic.
-	w1.add(103, 7, true)
+	w1.add(103, 7, admitted)
 	w0.done()
 	w1.done()
 
 	want := []secondRow{
-		{Unix: 100, Offset: 0, Offered: 4, Admitted: 2, Keys: 2, MaxKeyAdmitted: 2, MaxKey: 1},
+		{Unix: 100, Offset: 0, Offered: 5, Admitted: 2, OverLimit: 2, Keys: 2, MaxKeyAdmitted: 2, MaxKey: 1},
 		{Unix: 101, Offset: 1, Offered: 3, Admitted: 3, Keys: 1, MaxKeyAdmitted: 3, MaxKey: 2},
 		{Unix: 103, Offset: 3, Offered: 1, Admitted: 1, Keys: 1, MaxKeyAdmitted: 1, MaxKey: 7},
 	}
@@ -45,9 +47,9 @@ func TestAccuracyTiesPickLowestKey(t *testing.T) {
 	a := newAccuracy(5, 1)
 	w := a.local(0)
 	for _, k := range []int{9, 4, 6} {
-		w.add(5, k, true)
+		w.add(5, k, admitted)
 	}
-	w.add(5, 3, false)
+	w.add(5, 3, denied)
 	w.done()
 	got := a.result()
 	if len(got) != 1 || got[0].MaxKey != 4 || got[0].MaxKeyAdmitted != 1 {
@@ -58,7 +60,7 @@ func TestAccuracyTiesPickLowestKey(t *testing.T) {
 func TestAccuracyNothingAdmitted(t *testing.T) {
 	a := newAccuracy(5, 1)
 	w := a.local(0)
-	w.add(5, 3, false)
+	w.add(5, 3, denied)
 	w.done()
 	got := a.result()
 	if len(got) != 1 || got[0].MaxKey != 3 || got[0].MaxKeyAdmitted != 0 {
@@ -76,7 +78,11 @@ func TestAccuracyConcurrentWorkers(t *testing.T) {
 			defer w.done()
 			for s := range int64(seconds) {
 				for k := range keys {
-					w.add(s, k, k%2 == 0)
+					o := denied
+					if k%2 == 0 {
+						o = admitted
+					}
+					w.add(s, k, o)
 				}
 			}
 		})
@@ -87,7 +93,7 @@ func TestAccuracyConcurrentWorkers(t *testing.T) {
 		t.Fatalf("%d rows, want %d", len(rows), seconds)
 	}
 	for i, r := range rows {
-		want := secondRow{Unix: int64(i), Offset: int64(i), Offered: workers * keys, Admitted: workers * 3,
+		want := secondRow{Unix: int64(i), Offset: int64(i), Offered: workers * keys, Admitted: workers * 3, OverLimit: workers * 2,
 			Keys: keys, MaxKeyAdmitted: workers, MaxKey: 0}
 		if r != want {
 			t.Errorf("row %d = %+v, want %+v", i, r, want)

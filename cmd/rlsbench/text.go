@@ -14,7 +14,7 @@ const maxTextSeconds = 30
 
 // writeText prints r for people. Each section aligns its own columns.
 func writeText(w io.Writer, r *report) error {
-	for _, section := range []func(io.Writer, *report){writeSummary, writeAddresses, writeAccuracy, writeCPU} {
+	for _, section := range []func(io.Writer, *report){writeSummary, writeAddresses, writeAccuracy, writeLimit, writeCPU} {
 		tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 		section(tw, r)
 		if err := tw.Flush(); err != nil {
@@ -26,8 +26,12 @@ func writeText(w io.Writer, r *report) error {
 
 func writeSummary(w io.Writer, r *report) {
 	c := r.Config
-	fmt.Fprintf(w, "target\t%s (%d conn each)  domain %s  descriptor %s  keys %d  hits %d\n",
-		strings.Join(c.Addrs, ","), c.Conns, c.Domain, c.Descriptor, c.Keys, c.Hits)
+	keys := "in turn"
+	if c.Zipf > 0 {
+		keys = fmt.Sprintf("Zipf s=%g, seed %d", c.Zipf, c.Seed)
+	}
+	fmt.Fprintf(w, "target\t%s (%d conn each)  domain %s  descriptor %s  keys %d (%s)  hits %d\n",
+		strings.Join(c.Addrs, ","), c.Conns, c.Domain, c.Descriptor, c.Keys, keys, c.Hits)
 	mode := "closed loop"
 	if c.Rate > 0 {
 		mode = fmt.Sprintf("open loop at %g req/s (latency from scheduled send)", c.Rate)
@@ -77,7 +81,7 @@ func writeAccuracy(w io.Writer, r *report) {
 	if len(a.Seconds) == 0 {
 		return
 	}
-	fmt.Fprintln(w, "  second\tunix\toffered\tadmitted\tkeys\tmax admitted by one key")
+	fmt.Fprintln(w, "  second\tunix\toffered\tadmitted\tover_limit\tkeys\tmax admitted by one key")
 	rows := a.Seconds
 	skipped := 0
 	if len(rows) > maxTextSeconds {
@@ -85,18 +89,45 @@ func writeAccuracy(w io.Writer, r *report) {
 	}
 	for i, row := range rows {
 		if skipped > 0 && i == maxTextSeconds/2 {
-			fmt.Fprintf(w, "  ...\t%d seconds not shown (see -json)\t\t\t\t\n", skipped)
+			fmt.Fprintf(w, "  ...\t%d seconds not shown (see -json)\t\t\t\t\t\n", skipped)
 		}
 		if skipped > 0 && i >= maxTextSeconds/2 && i < maxTextSeconds/2+skipped {
 			continue
 		}
-		fmt.Fprintf(w, "  +%d\t%d\t%d\t%d\t%d\t%d\n",
-			row.Offset, row.Unix, row.Offered, row.Admitted, row.Keys, row.MaxKeyAdmitted)
+		fmt.Fprintf(w, "  +%d\t%d\t%d\t%d\t%d\t%d\t%d\n",
+			row.Offset, row.Unix, row.Offered, row.Admitted, row.OverLimit, row.Keys, row.MaxKeyAdmitted)
 	}
 	if a.MaxKeyIndex >= 0 {
 		fmt.Fprintf(w, "  max admitted for one key in one second: %d (%s, unix %d)\n",
 			a.MaxKeyAdmitted, a.MaxKey, a.MaxKeyUnix)
 	}
+}
+
+func writeLimit(w io.Writer, r *report) {
+	l := r.Accuracy.Limit
+	if l == nil {
+		return
+	}
+	fmt.Fprintf(w, "limit: %d per key per %s (Unix-aligned windows, by send time, all addresses)\n", l.Limit, windowName(l.WindowSeconds))
+	fmt.Fprintf(w, "  keys with traffic\t%d\tin %d key-windows; sent more than %d in some window: %d\n",
+		l.Keys, l.KeyWindows, l.Limit, l.KeysOfferedOverLimit)
+	fmt.Fprintf(w, "  keys over limit\t%d\tadmitted more than %d in %d key-windows, %d beyond the limit in all\n",
+		l.KeysOverLimit, l.Limit, l.KeyWindowsOverLimit, l.AdmittedOverLimit)
+	fmt.Fprintf(w, "  keys denied under limit\t%d\tdenied in %d key-windows sent at most %d, %d OVER_LIMIT answers in them\n",
+		l.KeysDeniedUnderLimit, l.KeyWindowsDeniedUnderLimit, l.Limit, l.DeniedUnderLimit)
+	if l.MaxKeyIndex >= 0 {
+		fmt.Fprintf(w, "  max admitted for one key in one window: %d (%s, window from unix %d)\n", l.MaxAdmitted, l.MaxKey, l.MaxWindowUnix)
+	}
+}
+
+// windowName names a -per window by its length.
+func windowName(seconds int64) string {
+	for name, s := range windows {
+		if s == seconds {
+			return name
+		}
+	}
+	return fmt.Sprintf("%d s", seconds)
 }
 
 func writeCPU(w io.Writer, r *report) {

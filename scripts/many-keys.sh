@@ -1,0 +1,277 @@
+#!/usr/bin/env bash
+# Many keys, each far below its limit: 1, 2 and 4 ratelimit-svc replicas
+# sharing one redis-server against a no-op RLS (the floor), measured with
+# rlsbench in one run on one machine. Prints markdown tables.
+#
+# Workload A: KEYS keys user={k} (100/minute each), C callers in a closed
+# loop for D, requests round-robin over the replicas, keys in turn: no key
+# comes near its limit, so every OVER_LIMIT is a wrong answer. Per replica
+# count: throughput against the floor, latency, OVER_LIMIT, decisions by
+# mode (the replicas' ratelimit_decisions_total), Redis commands and Redis
+# CPU per 100k decisions.
+# Workload B: 4 replicas, 1 000 keys zipf={k} (10/second each) drawn from
+# a Zipf law (s = 1.1, key 0 the most popular), C callers in a closed loop
+# for D: the hot keys are far over their limit, the tail far under it.
+# rlsbench checks every key and second: keys admitted over the limit (must
+# be 0) and keys denied in a second in which they were sent at most their
+# limit (the target is 0).
+#
+# The replicas are restarted and Redis flushed before each replica count.
+# Everything listens on free loopback ports; nothing is left running.
+#
+#   scripts/many-keys.sh                      # D=10s KEYS=100000 C=64
+#   D=5s KEYS=20000 C=32 scripts/many-keys.sh
+set -euo pipefail
+cd "$(dirname "$0")/.."
+D=${D:-10s}
+KEYS=${KEYS:-100000}
+C=${C:-64}
+ZKEYS=1000 # workload B's keys
+ZIPF=1.1   # workload B's Zipf exponent
+
+command -v redis-server >/dev/null || { echo "many-keys: redis-server not found" >&2; exit 1; }
+work=$(mktemp -d)
+pids=() # redis and the no-op floor
+reps=() # the replicas running now
+cleanup() {
+  for p in "${reps[@]}" "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
+  wait 2>/dev/null || true
+  rm -rf "$work"
+}
+trap cleanup EXIT
+
+go build -o "$work/" ./cmd/ratelimit-svc ./cmd/rlsbench
+cat >"$work/policy.yaml" <<'EOF'
+domain: mk
+descriptors:
+  - key: user
+    rate_limit: {unit: minute, requests_per_unit: 100}
+  - key: zipf
+    rate_limit: {unit: second, requests_per_unit: 10}
+EOF
+
+# Ten free loopback ports: Redis, the floor, then gRPC and HTTP of each
+# of four replicas.
+read -r -a ports < <(python3 -c '
+import socket
+ss = [socket.socket() for _ in range(10)]
+for s in ss:
+    s.bind(("127.0.0.1", 0))
+print(*[s.getsockname()[1] for s in ss])
+for s in ss:
+    s.close()')
+rport=${ports[0]}
+noop=127.0.0.1:${ports[1]}
+grpc_addr() { echo "127.0.0.1:${ports[$((2 + 2 * $1))]}"; }
+http_addr() { echo "127.0.0.1:${ports[$((3 + 2 * $1))]}"; }
+
+wait_port() { # port pid
+  for _ in $(seq 100); do
+    (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null && return 0
+    kill -0 "$2" 2>/dev/null || { echo "many-keys: pid $2 exited before port $1 opened" >&2; exit 1; }
+    sleep 0.1
+  done
+  echo "many-keys: port $1 never opened" >&2
+  exit 1
+}
+rcli() { redis-cli -h 127.0.0.1 -p "$rport" "$@"; }
+
+redis-server --port "$rport" --bind 127.0.0.1 --save '' --appendonly no >"$work/redis.log" 2>&1 &
+pids+=($!)
+wait_port "$rport" $!
+"$work/rlsbench" serve-noop -addr "$noop" >"$work/noop.log" 2>&1 &
+pids+=($!)
+wait_port "${noop#*:}" $!
+
+start_replicas() { # count: starts that many on a flushed Redis
+  rcli flushall >/dev/null
+  reps=()
+  for ((i = 0; i < $1; i++)); do
+    "$work/ratelimit-svc" --redis-url "redis://127.0.0.1:$rport" --replica-id "mk-$i" --config "$work/policy.yaml" \
+      --grpc-addr "$(grpc_addr "$i")" --http-addr "$(http_addr "$i")" --log-level warn \
+      >>"$work/replica$i.log" 2>&1 &
+    reps+=($!)
+  done
+  for ((i = 0; i < $1; i++)); do
+    wait_port "${ports[$((2 + 2 * i))]}" "${reps[$i]}"
+    wait_port "${ports[$((3 + 2 * i))]}" "${reps[$i]}"
+  done
+}
+stop_replicas() {
+  for p in "${reps[@]}"; do kill "$p" 2>/dev/null || true; done
+  for p in "${reps[@]}"; do wait "$p" 2>/dev/null || true; done
+  reps=()
+}
+addrs() { # count → comma-separated gRPC addresses
+  local out=()
+  for ((i = 0; i < $1; i++)); do out+=("$(grpc_addr "$i")"); done
+  (IFS=,; echo "${out[*]}")
+}
+pid_list() { (IFS=,; echo "${reps[*]}"); }
+
+# snapshot name count: the replicas' decisions by mode and Redis's
+# command calls and CPU, as JSON in $work/name.json.
+snapshot() {
+  rcli info commandstats >"$work/$1.stats"
+  rcli info cpu >"$work/$1.cpu"
+  local urls=()
+  for ((i = 0; i < $2; i++)); do urls+=("http://$(http_addr "$i")/metrics"); done
+  python3 "$work/mk.py" snapshot "$work/$1.stats" "$work/$1.cpu" "${urls[@]}" >"$work/$1.json"
+}
+
+cat >"$work/mk.py" <<'EOF'
+import json, re, sys, urllib.request
+
+# Commands a client sends, as opposed to those the scripts run inside
+# Redis (INFO commandstats counts both); info and flushall are this
+# script's own.
+SENT = {"evalsha", "eval", "evalsha_ro", "eval_ro", "script", "hello", "ping", "client", "cluster", "command"}
+OWN = {"info", "flushall"}
+
+def snapshot(stats, cpu, urls):
+    calls = {}
+    for line in open(stats):
+        m = re.match(r"cmdstat_([^:]+):calls=(\d+),", line.strip())
+        if m:
+            calls[m.group(1)] = int(m.group(2))
+    used = 0.0
+    for line in open(cpu):
+        name, _, v = line.strip().partition(":")
+        if name in ("used_cpu_user", "used_cpu_sys"):
+            used += float(v)
+    modes, denied, scraped = {}, {}, 0
+    for url in urls:
+        try:
+            body = urllib.request.urlopen(url, timeout=5).read().decode()
+        except OSError as e:
+            print(f"many-keys: {url}: {e}", file=sys.stderr)
+            continue
+        scraped += 1
+        for line in body.splitlines():
+            if not line.startswith("ratelimit_decisions_total{"):
+                continue
+            labels, value = line.rsplit(" ", 1)
+            mode = re.search(r'mode="([^"]*)"', labels)
+            mode = mode.group(1) if mode else "?"
+            modes[mode] = modes.get(mode, 0) + float(value)
+            if 'outcome="over_limit"' in labels:
+                denied[mode] = denied.get(mode, 0) + float(value)
+    print(json.dumps({"calls": calls, "cpu": used, "modes": modes, "denied": denied, "scraped": scraped, "urls": len(urls)}))
+
+def diff(before, after):
+    b, a = json.load(open(before)), json.load(open(after))
+    calls = {k: v - b["calls"].get(k, 0) for k, v in a["calls"].items() if k.split("|")[0] not in OWN}
+    modes = {k: v - b["modes"].get(k, 0) for k, v in a["modes"].items()}
+    denied = {k: v - b["denied"].get(k, 0) for k, v in a["denied"].items()}
+    return {
+        "sent": sum(v for k, v in calls.items() if k.split("|")[0] in SENT),
+        "all": sum(calls.values()),
+        "cpu": a["cpu"] - b["cpu"],
+        "modes": {k: int(v) for k, v in sorted(modes.items()) if v},
+        "denied": {k: int(v) for k, v in denied.items() if v},
+        "metrics": a["scraped"] == a["urls"] and b["scraped"] == b["urls"] and a["urls"] > 0,
+    }
+
+def row(name, report, before=None, after=None):
+    d = json.load(open(report))
+    r = {"name": name, "report": d}
+    if before:
+        r["redis"] = diff(before, after)
+    print(json.dumps(r))
+
+def fmt(n):
+    return f"{n:,.0f}".replace(",", " ")
+
+def tables(rows_file, duration, keys, c, zkeys, zipf):
+    rows = [json.loads(l) for l in open(rows_file)]
+    floor = next((r["report"] for r in rows if r["name"] == "floor"), None)
+    a = [r for r in rows if r["name"].startswith("A")]
+    b = [r for r in rows if r["name"] == "B"]
+    print(f"## A: {fmt(keys)} keys `user={{k}}` at 100/minute each, c={c} closed loop, {duration} per run")
+    print()
+    print("Keys in turn, requests round-robin over the replicas: no key comes near its limit,")
+    print("so every OVER_LIMIT is wrong. × floor is to the no-op RLS, same workload, same run.")
+    print()
+    print("| replicas | req/s | × floor | p50 µs | p99 µs | errors | OVER_LIMIT | OVER_LIMIT from +1 s | keys denied under limit | replicas' CPU ms /100k |")
+    print("|---|---|---|---|---|---|---|---|---|---|")
+    for r in ([{"name": "floor", "report": floor}] if floor else []) + a:
+        d = r["report"]
+        n = "no-op floor" if r["name"] == "floor" else r["name"][1:]
+        ratio = d["throughput_rps"] / floor["throughput_rps"] if floor and floor["throughput_rps"] else float("nan")
+        late = sum(s["over_limit"] for s in d["accuracy"]["seconds"] if s["offset"] >= 1)
+        lim = d["accuracy"].get("limit") or {}
+        cpu = sum(u.get("cpu_seconds_per_100k_requests", 0) for u in d["cpu"] if u.get("label") != "rlsbench") * 1000
+        cpu = f"{cpu:.0f}" if r["name"] != "floor" else "–"
+        print(f'| {n} | {fmt(d["throughput_rps"])} | {ratio:.2f} | {d["latency_us"]["p50"]:.0f} | {d["latency_us"]["p99"]:.0f} '
+              f'| {d["errors"]} | {d["over_limit"]} | {late} | {lim.get("keys_denied_under_limit", "–")} | {cpu} |')
+    print()
+    print("Redis, per replica count: commands are INFO commandstats calls over the run, those the replicas sent")
+    print("(EVALSHA and the like) and all of them (with those the scripts ran inside Redis); CPU is Redis's")
+    print("used_cpu_user+used_cpu_sys over the run (gross: idle time included). Decisions are the replicas'")
+    print("ratelimit_decisions_total over the run, by mode (and of those, the over_limit outcomes).")
+    print()
+    print("| replicas | decisions | by mode | Redis cmds sent | sent /100k decisions | all cmds /100k decisions | Redis CPU ms /100k decisions |")
+    print("|---|---|---|---|---|---|---|")
+    for r in a:
+        x = r["redis"]
+        dec = sum(x["modes"].values())
+        note = ""
+        if not x["metrics"] or dec == 0:
+            dec, note = r["report"]["requests"], " (no metrics: requests)"
+        per = lambda v: f"{v * 100000 / dec:,.0f}".replace(",", " ") if dec else "–"
+        cpu = f'{x["cpu"] * 1000 * 100000 / dec:.0f}' if dec else "–"
+        modes = ", ".join(f"{k} {fmt(v)}" + (f' ({fmt(x["denied"][k])} over_limit)' if k in x["denied"] else "")
+                          for k, v in x["modes"].items()) or "–"
+        print(f'| {r["name"][1:]} | {fmt(dec)}{note} | {modes} | {fmt(x["sent"])} | {per(x["sent"])} | {per(x["all"])} | {cpu} |')
+    for r in b:
+        d = r["report"]
+        lim = d["accuracy"]["limit"]
+        sum_limits = lim["keys"] * lim["limit"] / lim["window_seconds"]
+        print()
+        print(f"## B: 4 replicas, {fmt(zkeys)} keys `zipf={{k}}` at 10/second each, Zipf s={zipf}, c={c} closed loop, {duration}")
+        print()
+        print("Closed loop: the offered load is what the callers could send; the sum of limits is over the keys")
+        print("that got traffic. Windows are Unix seconds by send time, over all replicas.")
+        print()
+        print("| req/s offered | sum of limits /s | offered ÷ limits | OVER_LIMIT | errors | keys with traffic | keys sent over limit | keys over limit (must be 0) | key-seconds over | admitted beyond limit | keys denied under limit (target 0) | key-seconds denied under | answers denied under | max admitted by a key in a second |")
+        print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+        ratio = d["throughput_rps"] / sum_limits if sum_limits else float("nan")
+        print(f'| {fmt(d["throughput_rps"])} | {fmt(sum_limits)} | {ratio:.2f} | {d["over_limit"]} | {d["errors"]} | {lim["keys"]} '
+              f'| {lim["keys_offered_over_limit"]} | {lim["keys_over_limit"]} | {lim["key_windows_over_limit"]} | {lim["admitted_over_limit"]} '
+              f'| {lim["keys_denied_under_limit"]} | {lim["key_windows_denied_under_limit"]} | {lim["denied_under_limit"]} '
+              f'| {lim["max_admitted"]} ({lim["max_key"]}) |')
+
+cmd = sys.argv[1]
+if cmd == "snapshot":
+    snapshot(sys.argv[2], sys.argv[3], sys.argv[4:])
+elif cmd == "row":
+    row(*sys.argv[2:])
+elif cmd == "tables":
+    tables(sys.argv[2], sys.argv[3], int(sys.argv[4]), sys.argv[5], int(sys.argv[6]), sys.argv[7])
+EOF
+
+bench() { # out.json rlsbench-args...: a non-zero exit (no answers) still leaves a report
+  local out=$1
+  shift
+  "$work/rlsbench" -domain mk -c "$C" -d "$D" -json "$@" >"$out" 2>>"$work/rlsbench.log" ||
+    echo "many-keys: rlsbench exited $? (see the errors column)" >&2
+}
+
+: >"$work/rows"
+bench "$work/floor.json" -addr "$noop" -descriptor 'user={k}' -keys "$KEYS" -limit 100 -per minute
+python3 "$work/mk.py" row floor "$work/floor.json" >>"$work/rows"
+for R in 1 2 4; do
+  start_replicas "$R"
+  snapshot "before$R" "$R"
+  bench "$work/a$R.json" -addr "$(addrs "$R")" -pids "$(pid_list)" -descriptor 'user={k}' -keys "$KEYS" -limit 100 -per minute
+  snapshot "after$R" "$R"
+  stop_replicas
+  python3 "$work/mk.py" row "A$R" "$work/a$R.json" "$work/before$R.json" "$work/after$R.json" >>"$work/rows"
+done
+
+start_replicas 4
+bench "$work/b.json" -addr "$(addrs 4)" -descriptor 'zipf={k}' -keys "$ZKEYS" -zipf "$ZIPF" -limit 10 -per second
+stop_replicas
+python3 "$work/mk.py" row B "$work/b.json" >>"$work/rows"
+
+python3 "$work/mk.py" tables "$work/rows" "$D" "$KEYS" "$C" "$ZKEYS" "$ZIPF"
