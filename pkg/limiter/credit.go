@@ -41,6 +41,8 @@ type creditState struct {
 	orphan atomic.Bool
 	// denied counts the requests denied since the last round.
 	denied atomic.Int64
+	// share is the key's static share; nil for rules without one.
+	share *shareState
 
 	mu        sync.Mutex
 	key       string
@@ -84,13 +86,13 @@ func (l *Limiter) creditDecide(res *Result, cs *creditState, r *Request, hits ui
 			cs = l.creditFor(r.Key, r.Rule, now)
 		}
 		if !dry {
-			cs.refund(n)
+			l.refund(cs, n, now)
 		}
 		l.viewResult(res, cs, now, true, 0)
 		return
 	case r.Op == Check:
 		n = 1
-		if cs.credit.Load() >= 1 && now < cs.backedTo.Load() {
+		if cs.credit.Load() >= 1 && now < cs.backedTo.Load() || l.spendShare(cs, 1, now, true) {
 			l.viewResult(res, cs, now, true, 0)
 			return
 		}
@@ -99,7 +101,7 @@ func (l *Limiter) creditDecide(res *Result, cs *creditState, r *Request, hits ui
 		return
 	case dry:
 		ok, wait := l.viewAdmits(cs, now, n)
-		l.viewResult(res, cs, now, ok || (cs.credit.Load() >= n && now < cs.backedTo.Load()), wait)
+		l.viewResult(res, cs, now, ok || (cs.credit.Load() >= n && now < cs.backedTo.Load()) || l.spendShare(cs, n, now, true), wait)
 		return
 	}
 	if uint64(n) > cs.capacity {
@@ -108,6 +110,10 @@ func (l *Limiter) creditDecide(res *Result, cs *creditState, r *Request, hits ui
 	}
 	if l.degraded(r.Rule, now) {
 		*res = l.degradedDecide(cs, r.Rule, n, now)
+		return
+	}
+	if l.spendShare(cs, n, now, false) {
+		l.viewResult(res, cs, now, true, 0)
 		return
 	}
 	if now < cs.deniedTo.Load() {
@@ -149,6 +155,17 @@ func (l *Limiter) spend(cs *creditState, n, now int64) bool {
 		l.enqueue(cs)
 	}
 	return true
+}
+
+// refund takes n units back: first from the share hits not yet pushed,
+// then as credit (creditState.refund).
+func (l *Limiter) refund(cs *creditState, n, now int64) {
+	if cs.share != nil {
+		n -= cs.share.refundShare(cs.ws[0], cs.rule.Algorithm, n, l.storeNow(now))
+	}
+	if n > 0 {
+		cs.refund(n)
+	}
 }
 
 // refund takes n units back. Those this replica admitted and has not

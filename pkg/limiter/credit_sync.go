@@ -47,7 +47,7 @@ func (cs *creditState) holdsStill(now int64) bool {
 // nothing to say to the store. cs.mu must be held.
 func (cs *creditState) needsSync() bool {
 	return cs.hits.Load() != 0 || cs.refunds.Load() != 0 || len(cs.late) > 0 || cs.credit.Load() > 0 || len(cs.waiters) > 0 || cs.refill ||
-		cs.kicked.Load() || cs.view.Load() == nil
+		cs.kicked.Load() || cs.view.Load() == nil && cs.share == nil || cs.share != nil && cs.share.release.Load()
 }
 
 // prepare takes the key's pending hits and builds its item.
@@ -57,7 +57,7 @@ func (l *Limiter) prepare(cs *creditState, now int64) SyncItem {
 	cs.inflight, cs.sentAt, cs.asked, cs.collected = true, now, cs.waiting, false
 	cs.kicked.Store(false)
 	h := cs.hits.Swap(0)
-	want := cs.want(now, l.storeNow(now), h)
+	want := cs.want(now, l.storeNow(now), h+cs.share.pendingUnits())
 	cs.handBack(want)
 	cs.unused = max(cs.credit.Load(), 0)
 	it := SyncItem{
@@ -69,7 +69,13 @@ func (l *Limiter) prepare(cs *creditState, now int64) SyncItem {
 		it.Unused, it.Want = 0, 0 // idle: hand the reservation back
 		cs.unused = cs.credit.Load()
 	}
-	it.Hits = cs.pushHits(h, l.storeNow(now))
+	snow := l.storeNow(now)
+	it.Hits = cs.pushHits(h, snow)
+	if cs.share != nil {
+		cs.share.takeShare(&it, snow, cs.ws[0])
+		p := int64(cs.ws[0].Period)
+		it.Sharers = l.sharerCount(snow / p * p)
+	}
 	return it
 }
 
@@ -139,6 +145,7 @@ func (cs *creditState) pushHits(h, snow int64) []Hit {
 // counter: pushed after recovery they charge the window of that moment,
 // which is how an outage's admits are paid back.
 func (cs *creditState) abort(it SyncItem) {
+	cs.share.untake(it)
 	cs.mu.Lock()
 	defer cs.mu.Unlock()
 	for _, h := range it.Hits {
@@ -160,7 +167,12 @@ func (l *Limiter) apply(cs *creditState, r *SyncResult) {
 	now := l.now()
 	cs.credit.Add(int64(r.Credit) - cs.unused)
 	cs.grant.Store(int64(r.Credit))
-	cs.backedTo.Store(cs.sentAt + int64(lease) - int64(cs.rule.Tuning.syncInterval()))
+	backed := cs.sentAt + int64(lease) - int64(cs.rule.Tuning.syncInterval())
+	if r.Expires > 0 {
+		// Credit from shares released in this epoch lapses at its end.
+		backed = min(backed, l.localOf(r.Expires)-int64(boundaryLead))
+	}
+	cs.backedTo.Store(backed)
 	cs.view.Store(newView(r.Windows, r.Others))
 	cs.inflight, cs.lastSync = false, now
 	cs.serveWaiters()
@@ -180,8 +192,15 @@ func (l *Limiter) apply(cs *creditState, r *SyncResult) {
 		interval = min(interval, max(cs.viewWait(snow, 1), tick))
 		l.enqueue(cs)
 	}
+	if r.Contended {
+		// Other replicas release their shares once they read the key
+		// published: ask again soon rather than deny on this view.
+		interval = min(interval, 2*tick)
+		cs.refill = true
+		l.enqueue(cs)
+	}
 	cs.nextSync = now + int64(interval)
-	if len(cs.waiters) > 0 {
+	if len(cs.waiters) > 0 && !r.Contended {
 		cs.settleWaiters(l, now)
 	}
 	if cs.kicked.Load() || len(cs.waiters) > 0 {

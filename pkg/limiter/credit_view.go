@@ -79,7 +79,7 @@ func (cs *creditState) summaryAt(v *storeView, snow int64) *viewSummary {
 func (l *Limiter) viewResult(res *Result, cs *creditState, now int64, ok bool, wait time.Duration) {
 	snow := l.storeNow(now)
 	v := cs.view.Load()
-	hits := uint64(max(cs.hits.Load(), 0))
+	hits := uint64(max(cs.hits.Load(), 0) + cs.share.pendingUnits())
 	res.Allowed, res.RetryAfter, res.Mode = ok, 0, ModeLocal
 	if s := cs.summaryAt(v, snow); s != nil {
 		// Past the pending units several windows may tie at zero, and the

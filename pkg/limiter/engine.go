@@ -137,7 +137,9 @@ func (l *Limiter) creditFor(key []byte, rule *Rule, now int64) *creditState {
 		if e.cs.Load() == nil {
 			cs := l.newCredit(e.key, rule, now)
 			e.cs.Store(cs)
-			l.enqueue(cs)
+			if cs.kicked.Load() {
+				l.enqueue(cs)
+			}
 		}
 		e.fresh.Store(math.MaxInt64)
 		e.mu.Unlock()
@@ -149,7 +151,13 @@ func (l *Limiter) creditFor(key []byte, rule *Rule, now int64) *creditState {
 // interval's worth of its rate and at most share·capacity/N, so N cold
 // replicas together stay within the limit; its first request syncs at once.
 func (l *Limiter) newCredit(key string, rule *Rule, now int64) *creditState {
-	cs := &creditState{key: key, rule: rule, ws: storeWindows(rule.Windows), capacity: minCapacity(rule), nextSync: now}
+	cs := &creditState{key: key, rule: rule, ws: storeWindows(rule.Windows), capacity: minCapacity(rule), nextSync: now,
+		share: l.newShare(key, rule)}
+	if cs.share != nil {
+		// No unreserved cold credit beside the static shares, which hold
+		// the budget: the first request spends the share, or waits.
+		return cs
+	}
 	n := uint64(max(l.replicas.Load(), 1))
 	cold := uint64(math.MaxUint64)
 	for _, w := range rule.Windows {
@@ -217,7 +225,7 @@ func (cs *creditState) seedFallback(l *Limiter, rule *Rule, shares uint64, now i
 		return fb
 	}
 	snow := l.storeNow(now)
-	pending := uint64(max(cs.hits.Load(), 0))
+	pending := uint64(max(cs.hits.Load(), 0) + cs.share.pendingUnits())
 	for i, w := range cs.ws {
 		v := view.windows[i]
 		v.Roll(w, snow)

@@ -91,6 +91,11 @@ type Limiter struct {
 	pendingMu  sync.Mutex
 	pending    []*creditState // keys that asked for a sync since the last round
 	lastScan   int64          // local ns of the last full scan (sync loop only)
+	members    atomic.Pointer[memberView]
+	joined     atomic.Int64 // store µs of this replica's first heartbeat
+	contMu     sync.Mutex
+	contended  map[string]*contention // keys other replicas need the shares of
+	contCursor string                 // where the contention feed is read from (sync loop only)
 	stats      stats
 	metrics    syncMetrics
 }
@@ -115,7 +120,8 @@ func New(opts ...Option) *Limiter {
 		log:    slog.New(slog.DiscardHandler),
 		sweep:  10 * time.Second,
 		keys:   newTable(),
-		kickCh: make(chan struct{}, 1),
+		kickCh:    make(chan struct{}, 1),
+		contended: make(map[string]*contention),
 	}
 	l.replicas.Store(1)
 	for _, o := range opts {
@@ -278,7 +284,7 @@ func (l *Limiter) rollback(reqs []Request, out []Result, now int64) {
 		}
 		hits := max(r.Hits, 1)
 		if l.store != nil && !r.Rule.Tuning.localOnly() {
-			l.creditFor(r.Key, r.Rule, now).refund(int64(hits)) // pushed meanwhile: a negative hit
+			l.refund(l.creditFor(r.Key, r.Rule, now), int64(hits), now) // pushed meanwhile: a negative hit
 			continue
 		}
 		e := l.keys.lock(r.Key, r.Rule)

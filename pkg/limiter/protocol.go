@@ -104,7 +104,7 @@ func (r *KeyRecord) Sync(replica string, it *SyncItem, now int64) SyncResult {
 		grant = max(grant, min(it.Waiting, free))
 	}
 	mine := kept + grant
-	expires := shareExpiry(it, ws, mine, satSub(avail, held.released), now)
+	expires := shareExpiry(it, held, mine, satSub(avail, held.released), now)
 	if mine > 0 {
 		r.Reservations[replica] = Reservation{Units: mine, Expires: expires}
 	} else {
@@ -114,7 +114,7 @@ func (r *KeyRecord) Sync(replica string, it *SyncItem, now int64) SyncResult {
 	copy(out, r.Windows)
 	othersHeld := held.all - held.own
 	return SyncResult{Credit: mine, Others: satAdd(others, othersHeld), Windows: out, Now: now, Pressed: r.Pressed > now,
-		Expires: expires, Contended: othersHeld > 0 && (it.Want > grant || it.Waiting > grant)}
+		Expires: expires, Contended: othersHeld > 0 && it.Waiting > grant}
 }
 
 // dryGetsOne reports whether a replica that holds nothing and wants some

@@ -12,8 +12,8 @@ import "time"
 //	usage + Σ reservations + Σ unreported shares ≤ L
 //
 // A replica with no share record counts S; one with a record counts S
-// less the share hits it pushed (its State), or nothing in an epoch in
-// which it released its share. Shares are counted at the n of the caller:
+// less the share hits it pushed (its State), or nothing through the epoch
+// up to which it released its share. Shares are counted at the n of the caller:
 // every replica reading the registry counts the same n for an epoch
 // (Membership.Sharers).
 
@@ -23,8 +23,9 @@ type ShareRecord struct {
 	// State counts the share hits the replica pushed, in the window's own
 	// arithmetic.
 	State WindowState
-	// Released is the epoch (window index) in which the replica last gave
-	// up the rest of its share; zero: never.
+	// Released is the last epoch (window index) of which the replica gave
+	// up the rest of its share, from the sync that said so on; zero:
+	// never. A release names the current epoch or the next.
 	Released int64
 }
 
@@ -38,10 +39,12 @@ func sharesOf(it *SyncItem) bool {
 func ShareSize(w Window, share float64, n int) uint64 { return splitShare(w.Limit, share, n) }
 
 // heldShares is what a key's static shares hold of its window at an
-// instant: all unreported shares, the caller's own, and the part released
-// in the current epoch (which returns with the next).
+// instant: all unreported shares, the caller's own, the part released
+// through the current epoch, and when the first of those releases ends
+// (store µs), bringing its share back.
 type heldShares struct {
 	all, own, released uint64
+	returns            int64
 }
 
 // chargeShares records the caller's share hits and release in its share
@@ -66,7 +69,8 @@ func (r *KeyRecord) chargeShares(replica string, it *SyncItem, ws []Window, now 
 			}
 		}
 		if it.Release != 0 {
-			rec.Released = max(rec.Released, min(it.Release, now)/int64(w.Period))
+			e := now / int64(w.Period)
+			rec.Released = max(rec.Released, min(it.Release/int64(w.Period), e+1))
 		}
 		r.Shares[replica] = rec
 	}
@@ -81,12 +85,13 @@ func (r *KeyRecord) chargeShares(replica string, it *SyncItem, ws []Window, now 
 	}
 	size := ShareSize(w, it.Share, it.Sharers)
 	sw := Window{Limit: size, Period: w.Period}
-	var h heldShares
+	h := heldShares{returns: maxExact}
 	for id, rec := range r.Shares {
 		rec.State.Roll(sw, now)
 		left := rec.State.Remaining(sw, it.Algorithm, now)
-		if rec.Released == epoch {
+		if rec.Released >= epoch {
 			h.released = satAdd(h.released, left)
+			h.returns = min(h.returns, (rec.Released+1)*int64(w.Period))
 			left = 0
 		}
 		h.all = satAdd(h.all, left)
@@ -99,15 +104,13 @@ func (r *KeyRecord) chargeShares(replica string, it *SyncItem, ws []Window, now 
 	return h
 }
 
-// shareExpiry is when a reservation of units lapses: now + lease, or the
-// end of the window's epoch when the units reach into shares released in
-// it, which return with the next epoch. perm is what avail would be with
-// those shares back.
-func shareExpiry(it *SyncItem, ws []Window, units, perm uint64, now int64) int64 {
+// shareExpiry is when a reservation of units lapses: now + lease, or
+// when the first released share returns if the units reach into released
+// shares. perm is what avail would be with those shares back.
+func shareExpiry(it *SyncItem, h heldShares, units, perm uint64, now int64) int64 {
 	exp := now + int64(it.Lease/time.Microsecond)
 	if units > perm && sharesOf(it) {
-		p := int64(ws[0].Period)
-		exp = min(exp, (now/p+1)*p)
+		exp = min(exp, h.returns)
 	}
 	return exp
 }

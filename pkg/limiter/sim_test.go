@@ -49,10 +49,11 @@ type simRun struct {
 	start          time.Time
 	lims           []*limiter.Limiter
 	waits          int
+	waitsAt        map[int64]uint64 // second since start → requests that waited
 }
 
 func (s sim) run(t *testing.T) *simRun {
-	r := &simRun{admitted: map[int64]uint64{}, offered: map[int64]uint64{}, perRep: make([]uint64, s.replicas)}
+	r := &simRun{admitted: map[int64]uint64{}, offered: map[int64]uint64{}, waitsAt: map[int64]uint64{}, perRep: make([]uint64, s.replicas)}
 	synctest.Test(t, func(t *testing.T) {
 		store := s.store
 		if store == nil {
@@ -119,6 +120,7 @@ func (r *simRun) caller(l *limiter.Limiter, rep, c, callers int, s sim, end time
 		}
 		if time.Since(at) > 0 {
 			r.waits++
+			r.waitsAt[sec]++
 		}
 		r.mu.Unlock()
 		time.Sleep(time.Duration(float64(pace) * (1 + s.jitter*(2*rng.Float64()-1))))
@@ -235,7 +237,7 @@ func TestSimEarlySyncAvoidsWaiting(t *testing.T) {
 				st := l.Stats()
 				waited += st.Decisions["sync"] + st.Decisions["cold"] + st.Decisions["overrun"]
 			}
-			t.Logf("%v, %d replicas: offered per second %v, admitted %v", a, reps, seconds(r.offered, secs), seconds(r.admitted, secs))
+			t.Logf("%v, %d replicas: offered per second %v, admitted %v, waited %v", a, reps, seconds(r.offered, secs), seconds(r.admitted, secs), seconds(r.waitsAt, secs))
 			var rounds uint64
 			for _, l := range r.lims {
 				rounds += l.Stats().Rounds

@@ -119,9 +119,10 @@ type SyncItem struct {
 	// are charged to the window like Hits and to the replica's share
 	// record.
 	ShareHits []Hit
-	// Release, when nonzero, is the instant (store clock, µs) at which the
-	// replica gave up the rest of its static share of the epoch that
-	// contains it: another replica needs that budget (Contention).
+	// Release, when nonzero, is an instant (store clock, µs): the replica
+	// gives up the rest of its static share of every epoch up to the one
+	// that contains it (the current epoch or the next), because another
+	// replica needs that budget (Contention).
 	Release int64
 }
 
@@ -145,9 +146,10 @@ type SyncResult struct {
 	// lease, or the end of the window's epoch for credit granted from
 	// shares released in it.
 	Expires int64
-	// Contended reports that the replica wanted more than it was granted
-	// while other replicas hold unreported static shares: the store
-	// publishes the key to every replica (Contention), so they release.
+	// Contended reports that requests waited for more than the replica
+	// was granted while other replicas hold unreported static shares: the
+	// store publishes the key to every replica (Contention), so they
+	// release.
 	Contended bool
 }
 

@@ -68,6 +68,7 @@ func (l *Limiter) runSync(ctx context.Context) {
 			l.heartbeat(ctx)
 			lastBeat = now
 		}
+		l.readContention(ctx)
 		l.SyncRound(ctx)
 		l.slotRound(ctx)
 	}
@@ -87,6 +88,8 @@ func (l *Limiter) heartbeat(ctx context.Context) {
 	}
 	l.learnClock(sent, m.Now)
 	l.replicas.Store(int64(max(m.Replicas, 1)))
+	l.members.Store(&memberView{m: m, at: l.now()})
+	l.joined.CompareAndSwap(0, m.Now)
 }
 
 // learnClock smooths the offset between the store clock and ours from one
@@ -130,14 +133,16 @@ func (l *Limiter) degraded(rule *Rule, now int64) bool {
 // may too.
 func (l *Limiter) SyncRound(ctx context.Context) {
 	now := l.now()
+	released := l.releases(now)
 	due := l.collectDue(now, l.fullScanDue(now))
-	if len(due) == 0 {
+	if len(due) == 0 && len(released) == 0 {
 		return
 	}
-	items := make([]SyncItem, len(due))
+	items := make([]SyncItem, len(due), len(due)+len(released))
 	for i, cs := range due {
 		items[i] = l.prepare(cs, now)
 	}
+	items = append(items, released...)
 	out := make([]SyncResult, len(items))
 	rctx, cancel := context.WithTimeout(ctx, roundTimeout)
 	defer cancel()
@@ -151,6 +156,7 @@ func (l *Limiter) SyncRound(ctx context.Context) {
 		for i, cs := range due {
 			cs.abort(items[i])
 		}
+		l.unrelease(released)
 		return
 	}
 	l.learnClock(now, out[0].Now)
@@ -281,6 +287,7 @@ func (l *Limiter) shutdown() {
 		it := SyncItem{Key: cs.key, Algorithm: cs.rule.Algorithm, Windows: cs.rule.Windows,
 			Replicas: int(l.replicas.Load()), Lease: lease}
 		it.Hits = cs.pushHits(cs.hits.Swap(0), l.storeNow(now))
+		cs.share.takeShare(&it, l.storeNow(now), cs.ws[0])
 		items = append(items, it)
 		keys = append(keys, cs.key)
 	})

@@ -1,0 +1,334 @@
+package limiter
+
+import (
+	"context"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// Static shares, the replica's side (see share.go for the store's). A key
+// of a rule with one fixed or sliding window admits, before any credit,
+// up to its static share S = ⌊share·L/n⌋ of the window's current epoch
+// under its own mutex, with no round trip: n counts the replicas that may
+// hold a share of that epoch (Membership.Sharers), the same count on
+// every replica. The share hits ride along when the key syncs for another
+// reason, or at shutdown; nothing else pushes them, since the store counts
+// an unreported share as held whole: a crash loses them from the store's
+// counts but not from the budget, which keeps the crashed replica's share
+// reserved until the epoch ends.
+//
+// Membership. A replica holds no share of an epoch that began less than
+// a lease after it joined the registry: by then every other replica has
+// counted it. A replica that left or died stays counted for the epochs
+// it was alive in, so shares never grow within an epoch.
+//
+// Contention. When one replica needs budget that other replicas hold as
+// shares, the store publishes the key (Store.Contention); every replica
+// that reads it stops using its share of the key for contendHold and
+// releases the rest of its share of each epoch in that time, pushing its
+// share hits with the release.
+
+// contendHold is how long a replica gives up its share of a key after
+// reading that another replica needs it.
+const contendHold = 2 * time.Second
+
+// maxContended bounds the contended keys a replica remembers.
+const maxContended = 4096
+
+// shareState is a key's static share on this replica. mu guards all but
+// the atomics.
+type shareState struct {
+	// none is the local ns until which the share is known to be of no use
+	// (spent, released, not held this epoch): the hot path skips it.
+	none        atomic.Int64
+	contendedTo atomic.Int64 // local ns until which the key is contended
+	pendingN    atomic.Int64 // share units admitted, not yet pushed
+
+	mu       sync.Mutex
+	state    WindowState // this replica's share admits, in store µs
+	epoch    int64       // the epoch size and sharers were reckoned for
+	size     uint64      // S for epoch; 0: no share this epoch
+	sharers  int         // n for epoch
+	pending  []Hit       // share hits not yet pushed
+	released int64       // the epoch whose share this replica released
+	// release asks the next sync to release the current epoch's share.
+	release atomic.Bool
+}
+
+// shareable reports whether rule's keys hold static shares.
+func shareable(rule *Rule) bool {
+	return len(rule.Windows) == 1 && rule.Algorithm != TokenBucket
+}
+
+// memberView is the registry as last heard, and when (local ns).
+type memberView struct {
+	m  Membership
+	at int64
+}
+
+// sharerCount is n for an epoch that began at start (store µs), from the
+// registry as last heard: what a sync tells the store to count.
+func (l *Limiter) sharerCount(start int64) int {
+	mv := l.members.Load()
+	if mv == nil {
+		return 0
+	}
+	return mv.m.Sharers(start, lease)
+}
+
+// sharers is n for an epoch that began at start if this replica holds a
+// share of it, else 0. It holds none while its copy of the registry is
+// too old for every replica to count the same n.
+func (l *Limiter) sharers(start, now int64) int {
+	if j := l.joined.Load(); j == 0 || j+int64(lease/time.Microsecond) > start {
+		return 0
+	}
+	if mv := l.members.Load(); mv == nil || now-mv.at > int64(lease-heartbeatEvery) {
+		return 0
+	}
+	return l.sharerCount(start)
+}
+
+// spendShare admits n units from key cs's static share; a dry run only
+// reports whether they fit.
+func (l *Limiter) spendShare(cs *creditState, n, now int64, dry bool) bool {
+	sh := cs.share
+	if sh == nil || now < sh.none.Load() {
+		return false
+	}
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	snow := l.storeNow(now)
+	w := cs.ws[0]
+	p := int64(w.Period)
+	e := snow / p
+	if e != sh.epoch {
+		sh.epoch, sh.sharers = e, l.sharers(e*p, now)
+		sh.size = 0
+		if sh.sharers > 0 {
+			sh.size = ShareSize(w, cs.rule.Tuning.share(), sh.sharers)
+		}
+	}
+	if sh.size == 0 || sh.released >= e || now < sh.contendedTo.Load() {
+		sh.none.Store(l.localOf((e + 1) * p))
+		return false
+	}
+	sw := Window{Limit: sh.size, Period: w.Period}
+	sh.state.Roll(sw, snow)
+	if sh.state.Wait(sw, cs.rule.Algorithm, snow, uint64(n)) != 0 {
+		if cs.rule.Algorithm == FixedWindow && sh.state.Remaining(sw, FixedWindow, snow) == 0 {
+			sh.none.Store(l.localOf((e + 1) * p))
+		}
+		return false
+	}
+	if dry {
+		return true
+	}
+	sh.state.Charge(sw, cs.rule.Algorithm, snow, uint64(n))
+	if k := len(sh.pending) - 1; k >= 0 && sh.pending[k].At/p == e {
+		sh.pending[k] = Hit{At: snow, N: sh.pending[k].N + n}
+	} else {
+		sh.pending = append(sh.pending, Hit{At: snow, N: n})
+	}
+	sh.pendingN.Add(n)
+	return true
+}
+
+// refundShare takes back up to n units of share hits not yet pushed and
+// returns how many it took.
+func (sh *shareState) refundShare(w Window, a Algorithm, n, snow int64) int64 {
+	if sh == nil || sh.pendingN.Load() == 0 {
+		return 0
+	}
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	var back int64
+	for k := len(sh.pending) - 1; k >= 0 && back < n; k-- {
+		take := min(sh.pending[k].N, n-back)
+		sh.pending[k].N -= take
+		back += take
+		if sh.pending[k].N == 0 {
+			sh.pending = sh.pending[:k]
+		}
+	}
+	sw := Window{Limit: sh.size, Period: w.Period}
+	sh.state.Refund(sw, a, snow, uint64(back))
+	sh.pendingN.Add(-back)
+	sh.none.Store(0)
+	return back
+}
+
+// takeShare moves the share hits not yet pushed, and a release asked
+// for, into it. The release takes effect here: from now on the share of
+// this epoch and the next is not used.
+func (sh *shareState) takeShare(it *SyncItem, snow int64, w Window) {
+	if sh == nil {
+		return
+	}
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	it.ShareHits, sh.pending = sh.pending, nil
+	sh.pendingN.Store(0)
+	if sh.release.Swap(false) {
+		p := int64(w.Period)
+		sh.released = snow/p + 1
+		sh.none.Store(0)
+		it.Release = sh.released * p
+	}
+}
+
+// untake puts back what a failed round took.
+func (sh *shareState) untake(it SyncItem) {
+	if sh == nil || len(it.ShareHits) == 0 && it.Release == 0 {
+		return
+	}
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	for _, h := range it.ShareHits {
+		sh.pendingN.Add(h.N)
+	}
+	sh.pending = append(it.ShareHits, sh.pending...)
+	if it.Release != 0 {
+		sh.release.Store(true) // still released locally; said again next round
+	}
+}
+
+// pendingUnits is the share units admitted and not yet pushed.
+func (sh *shareState) pendingUnits() int64 {
+	if sh == nil {
+		return 0
+	}
+	return sh.pendingN.Load()
+}
+
+// localOf converts a store instant (µs) to local ns.
+func (l *Limiter) localOf(storeUs int64) int64 { return (storeUs - l.offset.Load()) * 1000 }
+
+// contention is a key another replica needs the shares of.
+type contention struct {
+	rule     *Rule // as published: algorithm and windows
+	until    int64 // local ns
+	released int64 // the epoch released for a key this replica does not hold
+}
+
+// readContention reads the keys published since the last read and gives
+// up this replica's share of each for contendHold.
+func (l *Limiter) readContention(ctx context.Context) {
+	ctx, cancel := context.WithTimeout(ctx, roundTimeout)
+	defer cancel()
+	cs, next, err := l.store.Contention(ctx, l.replica, l.contCursor)
+	if err != nil {
+		l.log.Debug("reading contention failed", "err", err)
+		return
+	}
+	l.contCursor = next
+	now := l.now()
+	for _, c := range cs {
+		if len(c.Windows) == 1 && c.Algorithm != TokenBucket {
+			l.contend(c, now)
+		}
+	}
+}
+
+func (l *Limiter) contend(c Contended, now int64) {
+	until := now + int64(contendHold)
+	l.contMu.Lock()
+	x := l.contended[c.Key]
+	if x == nil {
+		if len(l.contended) >= maxContended {
+			l.contMu.Unlock()
+			return
+		}
+		x = &contention{rule: &Rule{Algorithm: c.Algorithm, Windows: c.Windows}}
+		l.contended[c.Key] = x
+	}
+	x.until = until
+	l.contMu.Unlock()
+	if e := l.keys.get([]byte(c.Key)); e != nil {
+		if cs := e.cs.Load(); cs != nil && cs.share != nil {
+			cs.share.contendedTo.Store(until)
+		}
+	}
+}
+
+// releases asks every contended key this replica holds to release its
+// share through the next epoch at its next sync, once an epoch, so the
+// credit granted from the released shares need not lapse at the
+// boundary; it returns the release items of the contended keys it does
+// not hold. Keys are forgotten once their hold has passed and their
+// released epochs are over.
+func (l *Limiter) releases(now int64) []SyncItem {
+	l.contMu.Lock()
+	defer l.contMu.Unlock()
+	if len(l.contended) == 0 {
+		return nil
+	}
+	snow := l.storeNow(now)
+	var items []SyncItem
+	for key, x := range l.contended {
+		p := int64(x.rule.Windows[0].Period / time.Microsecond)
+		epoch := snow / p
+		if x.until <= now {
+			if x.released < epoch {
+				delete(l.contended, key)
+			}
+			continue
+		}
+		if e := l.keys.get([]byte(key)); e != nil {
+			if cs := e.cs.Load(); cs != nil && cs.share != nil {
+				cs.share.contendedTo.Store(x.until)
+				if cs.share.askRelease(epoch) {
+					l.enqueue(cs)
+				}
+				continue
+			}
+		}
+		if x.released <= epoch {
+			x.released = epoch + 1
+			items = append(items, SyncItem{Key: key, Algorithm: x.rule.Algorithm, Windows: x.rule.Windows,
+				Release: (epoch + 1) * p, Replicas: int(l.replicas.Load()), Lease: lease})
+		}
+	}
+	return items
+}
+
+// unrelease forgets the releases of a failed round, to send them again.
+func (l *Limiter) unrelease(items []SyncItem) {
+	l.contMu.Lock()
+	defer l.contMu.Unlock()
+	for _, it := range items {
+		if x := l.contended[it.Key]; x != nil {
+			x.released = 0
+		}
+	}
+}
+
+// askRelease asks for the release of the share through the epoch after
+// epoch unless it is released or asked for already, and reports whether
+// it asked.
+func (sh *shareState) askRelease(epoch int64) bool {
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	if sh.released > epoch || sh.release.Load() {
+		return false
+	}
+	sh.release.Store(true)
+	return true
+}
+
+// newShare is the share state of a new key of rule, contended already if
+// the key is.
+func (l *Limiter) newShare(key string, rule *Rule) *shareState {
+	if !shareable(rule) {
+		return nil
+	}
+	sh := &shareState{}
+	l.contMu.Lock()
+	if x := l.contended[key]; x != nil {
+		sh.contendedTo.Store(x.until)
+		sh.released = x.released
+	}
+	l.contMu.Unlock()
+	return sh
+}
