@@ -249,9 +249,11 @@ func (l *Limiter) wait(cs *creditState, rule *Rule, n int64, now int64) Result {
 // late now and then), and within this replica's share (1/N, once per
 // window) of what the view left free. A store that is slow as a rule gets
 // no such admits: every replica would spend the same free budget, which
-// the store keeps granting until the admits are pushed.
+// the store keeps granting until the admits are pushed. Neither does a
+// key with static shares: a view does not show the shares of an epoch
+// that began after it.
 func (l *Limiter) overrunOnView(cs *creditState, rule *Rule, n int64) bool {
-	if !l.storeHealthy() || time.Duration(l.roundTrip.Load()) >= rule.Tuning.storeTimeout() {
+	if cs.share != nil || !l.storeHealthy() || time.Duration(l.roundTrip.Load()) >= rule.Tuning.storeTimeout() {
 		return false
 	}
 	if cs.overrunLeft.Add(-n) < 0 {

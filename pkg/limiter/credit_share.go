@@ -8,7 +8,7 @@ import (
 )
 
 // Static shares, the replica's side (see share.go for the store's). A key
-// of a rule with one fixed or sliding window admits, before any credit,
+// of a rule with one fixed window admits, before any credit,
 // up to its static share S = ⌊share·L/n⌋ of the window's current epoch
 // under its own mutex, with no round trip: n counts the replicas that may
 // hold a share of that epoch (Membership.Sharers), the same count on
@@ -23,10 +23,11 @@ import (
 // counted it. A replica that left or died stays counted for the epochs
 // it was alive in, so shares never grow within an epoch.
 //
-// Contention. When one replica needs budget that other replicas hold as
-// shares, the store publishes the key (Store.Contention); every replica
-// that reads it stops using its share of the key for contendHold and
-// releases the rest of its share of each epoch in that time, pushing its
+// Contention. When requests on one replica wait for budget that other
+// replicas hold as shares, the store publishes the key
+// (Store.Contention); for contendHold, every replica that reads it
+// releases, once an epoch, its share of the key through the next epoch
+// beyond what it used of it in the last one (and a unit), pushing its
 // share hits with the release.
 
 // contendHold is how long a replica gives up its share of a key after
@@ -41,9 +42,8 @@ const maxContended = 4096
 type shareState struct {
 	// none is the local ns until which the share is known to be of no use
 	// (spent, released, not held this epoch): the hot path skips it.
-	none        atomic.Int64
-	contendedTo atomic.Int64 // local ns until which the key is contended
-	pendingN    atomic.Int64 // share units admitted, not yet pushed
+	none     atomic.Int64
+	pendingN atomic.Int64 // share units admitted, not yet pushed
 
 	mu       sync.Mutex
 	state    WindowState // this replica's share admits, in store µs
@@ -51,14 +51,18 @@ type shareState struct {
 	size     uint64      // S for epoch; 0: no share this epoch
 	sharers  int         // n for epoch
 	pending  []Hit       // share hits not yet pushed
-	released int64       // the epoch whose share this replica released
+	released int64       // the last epoch of the share this replica released
+	keep     uint64      // what it kept of the share through released
 	// release asks the next sync to release the current epoch's share.
 	release atomic.Bool
 }
 
-// shareable reports whether rule's keys hold static shares.
+// shareable reports whether rule's keys hold static shares: rules of one
+// fixed window. A sliding window's count carries the previous epoch's
+// admits, which shares that appear in an epoch (a replica joins) would
+// find already spent; a token bucket has no epochs to fix them in.
 func shareable(rule *Rule) bool {
-	return len(rule.Windows) == 1 && rule.Algorithm != TokenBucket
+	return len(rule.Windows) == 1 && rule.Algorithm == FixedWindow
 }
 
 // memberView is the registry as last heard, and when (local ns).
@@ -110,11 +114,15 @@ func (l *Limiter) spendShare(cs *creditState, n, now int64, dry bool) bool {
 			sh.size = ShareSize(w, cs.rule.Tuning.share(), sh.sharers)
 		}
 	}
-	if sh.size == 0 || sh.released >= e || now < sh.contendedTo.Load() {
+	size := sh.size
+	if sh.released >= e {
+		size = min(size, sh.keep)
+	}
+	if size == 0 {
 		sh.none.Store(l.localOf((e + 1) * p))
 		return false
 	}
-	sw := Window{Limit: sh.size, Period: w.Period}
+	sw := Window{Limit: size, Period: w.Period}
 	sh.state.Roll(sw, snow)
 	if sh.state.Wait(sw, cs.rule.Algorithm, snow, uint64(n)) != 0 {
 		if cs.rule.Algorithm == FixedWindow && sh.state.Remaining(sw, FixedWindow, snow) == 0 {
@@ -132,6 +140,12 @@ func (l *Limiter) spendShare(cs *creditState, n, now int64, dry bool) bool {
 		sh.pending = append(sh.pending, Hit{At: snow, N: n})
 	}
 	sh.pendingN.Add(n)
+	if left := sh.state.Remaining(sw, cs.rule.Algorithm, snow); left <= max(size/8, 1) && cs.credit.Load() <= 0 &&
+		cs.kicked.CompareAndSwap(false, true) {
+		// Nearly spent: credit beyond the share is asked for ahead of the
+		// request that needs it, as at half credit.
+		l.enqueue(cs)
+	}
 	return true
 }
 
@@ -173,9 +187,24 @@ func (sh *shareState) takeShare(it *SyncItem, snow int64, w Window) {
 	if sh.release.Swap(false) {
 		p := int64(w.Period)
 		sh.released = snow/p + 1
+		sh.keep = sh.need(w, snow)
 		sh.none.Store(0)
-		it.Release = sh.released * p
+		it.Release, it.Keep = sh.released*p, sh.keep
 	}
+}
+
+// need is what the replica keeps of its share when it releases: what it
+// admitted in the last epoch or is on pace to admit in this one, and a
+// unit. sh.mu must be held.
+func (sh *shareState) need(w Window, snow int64) uint64 {
+	p := int64(w.Period)
+	sh.state.Roll(Window{Limit: sh.size, Period: w.Period}, snow)
+	elapsed := max(snow-sh.state.Epoch*p, p/10)
+	pace := uint64((float64(sh.state.Cur)*float64(p) + float64(elapsed) - 1) / float64(elapsed))
+	if sh.state.Epoch != snow/p {
+		pace = 0
+	}
+	return min(sh.size, max(sh.state.Prev, pace)+1)
 }
 
 // untake puts back what a failed round took.
@@ -225,7 +254,7 @@ func (l *Limiter) readContention(ctx context.Context) {
 	l.contCursor = next
 	now := l.now()
 	for _, c := range cs {
-		if len(c.Windows) == 1 && c.Algorithm != TokenBucket {
+		if len(c.Windows) == 1 && c.Algorithm == FixedWindow {
 			l.contend(c, now)
 		}
 	}
@@ -245,11 +274,6 @@ func (l *Limiter) contend(c Contended, now int64) {
 	}
 	x.until = until
 	l.contMu.Unlock()
-	if e := l.keys.get([]byte(c.Key)); e != nil {
-		if cs := e.cs.Load(); cs != nil && cs.share != nil {
-			cs.share.contendedTo.Store(until)
-		}
-	}
 }
 
 // releases asks every contended key this replica holds to release its
@@ -277,7 +301,6 @@ func (l *Limiter) releases(now int64) []SyncItem {
 		}
 		if e := l.keys.get([]byte(key)); e != nil {
 			if cs := e.cs.Load(); cs != nil && cs.share != nil {
-				cs.share.contendedTo.Store(x.until)
 				if cs.share.askRelease(epoch) {
 					l.enqueue(cs)
 				}
@@ -326,8 +349,7 @@ func (l *Limiter) newShare(key string, rule *Rule) *shareState {
 	sh := &shareState{}
 	l.contMu.Lock()
 	if x := l.contended[key]; x != nil {
-		sh.contendedTo.Store(x.until)
-		sh.released = x.released
+		sh.released = x.released // keeping nothing
 	}
 	l.contMu.Unlock()
 	return sh

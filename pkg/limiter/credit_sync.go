@@ -74,7 +74,8 @@ func (l *Limiter) prepare(cs *creditState, now int64) SyncItem {
 	if cs.share != nil {
 		cs.share.takeShare(&it, snow, cs.ws[0])
 		p := int64(cs.ws[0].Period)
-		it.Sharers = l.sharerCount(snow / p * p)
+		it.ShareEpoch = snow / p
+		it.Sharers, it.SharersNext = l.sharerCount(it.ShareEpoch*p), l.sharerCount((it.ShareEpoch+1)*p)
 	}
 	return it
 }

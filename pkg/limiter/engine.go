@@ -153,9 +153,10 @@ func (l *Limiter) creditFor(key []byte, rule *Rule, now int64) *creditState {
 func (l *Limiter) newCredit(key string, rule *Rule, now int64) *creditState {
 	cs := &creditState{key: key, rule: rule, ws: storeWindows(rule.Windows), capacity: minCapacity(rule), nextSync: now,
 		share: l.newShare(key, rule)}
-	if cs.share != nil {
-		// No unreserved cold credit beside the static shares, which hold
-		// the budget: the first request spends the share, or waits.
+	if cs.share != nil && l.sharerCount(l.storeNow(now)/int64(cs.ws[0].Period)*int64(cs.ws[0].Period)) > 0 {
+		// No unreserved cold credit beside static shares, which the store
+		// counts as holding the budget: the first request spends this
+		// replica's share, or waits.
 		return cs
 	}
 	n := uint64(max(l.replicas.Load(), 1))

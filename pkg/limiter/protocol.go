@@ -104,7 +104,7 @@ func (r *KeyRecord) Sync(replica string, it *SyncItem, now int64) SyncResult {
 		grant = max(grant, min(it.Waiting, free))
 	}
 	mine := kept + grant
-	expires := shareExpiry(it, held, mine, satSub(avail, held.released), now)
+	expires := shareExpiry(it, ws, held, mine, satSub(avail, held.released), now)
 	if mine > 0 {
 		r.Reservations[replica] = Reservation{Units: mine, Expires: expires}
 	} else {

@@ -2,18 +2,24 @@ package limiter
 
 import "time"
 
-// Static shares, the store's side. A rule of one fixed or sliding window
-// gives each of the n replicas that may hold a share of the window's
-// current epoch (SyncItem.Sharers) a static share S = ⌊share·L/n⌋ of it,
+// Static shares, the store's side. A rule of one fixed window gives each
+// of the n replicas that may hold a share of the window's current epoch
+// (SyncItem.Sharers) a static share S = ⌊share·L/n⌋ of it,
 // which the replica admits with no round trip and reports when it syncs
 // the key anyway. The store counts every share it has not been told about
 // as reserved, so credit granted beyond the shares stays exact:
 //
 //	usage + Σ reservations + Σ unreported shares ≤ L
 //
+// A reservation outlives the epoch only if the next epoch has as many
+// sharers: otherwise it lapses at the epoch's end, as the shares of the
+// next epoch were not counted when it was granted. An item whose epoch
+// the store has already left behind by more than one counts every unit
+// as held (no grant).
+//
 // A replica with no share record counts S; one with a record counts S
-// less the share hits it pushed (its State), or nothing through the epoch
-// up to which it released its share. Shares are counted at the n of the caller:
+// less the share hits it pushed (its State); through the epochs of which
+// it released its share, the part of Keep it has not used. Shares are counted at the n of the caller:
 // every replica reading the registry counts the same n for an epoch
 // (Membership.Sharers).
 
@@ -24,14 +30,16 @@ type ShareRecord struct {
 	// arithmetic.
 	State WindowState
 	// Released is the last epoch (window index) of which the replica gave
-	// up the rest of its share, from the sync that said so on; zero:
-	// never. A release names the current epoch or the next.
+	// up its share beyond Keep units, from the sync that said so on; zero:
+	// never. A release names the current epoch or the next, and the last
+	// release says what is kept.
 	Released int64
+	Keep     uint64
 }
 
 // sharesOf reports whether it gives its rule static shares.
 func sharesOf(it *SyncItem) bool {
-	return it.Sharers > 0 && len(it.Windows) == 1 && it.Algorithm != TokenBucket
+	return it.ShareEpoch > 0 && len(it.Windows) == 1 && it.Algorithm == FixedWindow
 }
 
 // ShareSize is each replica's static share of window w when n replicas
@@ -40,11 +48,13 @@ func ShareSize(w Window, share float64, n int) uint64 { return splitShare(w.Limi
 
 // heldShares is what a key's static shares hold of its window at an
 // instant: all unreported shares, the caller's own, the part released
-// through the current epoch, and when the first of those releases ends
-// (store µs), bringing its share back.
+// through the current epoch, when the first of those releases ends
+// (store µs), bringing its share back, and whether a reservation may
+// outlive the epoch.
 type heldShares struct {
 	all, own, released uint64
 	returns            int64
+	carry              bool
 }
 
 // chargeShares records the caller's share hits and release in its share
@@ -71,6 +81,7 @@ func (r *KeyRecord) chargeShares(replica string, it *SyncItem, ws []Window, now 
 		if it.Release != 0 {
 			e := now / int64(w.Period)
 			rec.Released = max(rec.Released, min(it.Release/int64(w.Period), e+1))
+			rec.Keep = it.Keep
 		}
 		r.Shares[replica] = rec
 	}
@@ -83,33 +94,50 @@ func (r *KeyRecord) chargeShares(replica string, it *SyncItem, ws []Window, now 
 	if !sharesOf(it) {
 		return heldShares{}
 	}
-	size := ShareSize(w, it.Share, it.Sharers)
+	n := it.Sharers
+	switch epoch {
+	case it.ShareEpoch:
+	case it.ShareEpoch + 1:
+		n = it.SharersNext
+	default:
+		return heldShares{all: maxExact, returns: maxExact}
+	}
+	size := ShareSize(w, it.Share, n)
 	sw := Window{Limit: size, Period: w.Period}
-	h := heldShares{returns: maxExact}
+	h := heldShares{returns: maxExact, carry: epoch == it.ShareEpoch && it.SharersNext == it.Sharers}
 	for id, rec := range r.Shares {
 		rec.State.Roll(sw, now)
 		left := rec.State.Remaining(sw, it.Algorithm, now)
 		if rec.Released >= epoch {
-			h.released = satAdd(h.released, left)
+			kept := rec.State.Remaining(Window{Limit: min(size, rec.Keep), Period: w.Period}, it.Algorithm, now)
+			h.released = satAdd(h.released, left-kept)
 			h.returns = min(h.returns, (rec.Released+1)*int64(w.Period))
-			left = 0
+			left = kept
 		}
 		h.all = satAdd(h.all, left)
 		if id == replica {
 			h.own = left
 		}
 	}
-	unreported := uint64(max(it.Sharers-len(r.Shares), 0))
+	unreported := uint64(max(n-len(r.Shares), 0))
 	h.all = satAdd(h.all, satMul(unreported, size))
 	return h
 }
 
-// shareExpiry is when a reservation of units lapses: now + lease, or
-// when the first released share returns if the units reach into released
-// shares. perm is what avail would be with those shares back.
-func shareExpiry(it *SyncItem, h heldShares, units, perm uint64, now int64) int64 {
+// shareExpiry is when a reservation of units lapses: now + lease; the
+// epoch's end unless h carries; when the first released share returns if
+// the units reach into released shares. perm is what avail would be with
+// those shares back.
+func shareExpiry(it *SyncItem, ws []Window, h heldShares, units, perm uint64, now int64) int64 {
 	exp := now + int64(it.Lease/time.Microsecond)
-	if units > perm && sharesOf(it) {
+	if !sharesOf(it) {
+		return exp
+	}
+	if !h.carry {
+		p := int64(ws[0].Period)
+		exp = min(exp, (now/p+1)*p)
+	}
+	if units > perm {
 		exp = min(exp, h.returns)
 	}
 	return exp

@@ -236,6 +236,7 @@ func TestSimEarlySyncAvoidsWaiting(t *testing.T) {
 			for _, l := range r.lims {
 				st := l.Stats()
 				waited += st.Decisions["sync"] + st.Decisions["cold"] + st.Decisions["overrun"]
+				t.Logf("%v", st.Decisions)
 			}
 			t.Logf("%v, %d replicas: offered per second %v, admitted %v, waited %v", a, reps, seconds(r.offered, secs), seconds(r.admitted, secs), seconds(r.waitsAt, secs))
 			var rounds uint64

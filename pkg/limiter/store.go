@@ -108,13 +108,15 @@ type SyncItem struct {
 	Replicas int
 	// Lease is how long the reservation stays valid without a sync.
 	Lease time.Duration
-	// Sharers, when positive, gives the rule static shares: each of the
-	// Sharers replicas that may hold a share of the window's current epoch
-	// (Membership.Sharers) admits up to ⌊Share·Limit/Sharers⌋ of it with no
-	// round trip, and the store counts what each has not reported as
-	// reserved (KeyRecord.Sync). Only rules of one fixed or sliding window
-	// have static shares; zero means none.
-	Sharers int
+	// ShareEpoch, when positive, gives the rule static shares: each of
+	// the Sharers replicas that may hold a share of epoch ShareEpoch of
+	// the window (Membership.Sharers) admits up to ⌊Share·Limit/Sharers⌋
+	// of it with no round trip, SharersNext those of the next epoch, and
+	// the store counts what each has not reported as reserved
+	// (KeyRecord.Sync). Only rules of one fixed window have static shares;
+	// zero means none.
+	ShareEpoch           int64
+	Sharers, SharersNext int
 	// ShareHits are units admitted from the replica's static share. They
 	// are charged to the window like Hits and to the replica's share
 	// record.
@@ -122,8 +124,10 @@ type SyncItem struct {
 	// Release, when nonzero, is an instant (store clock, µs): the replica
 	// gives up the rest of its static share of every epoch up to the one
 	// that contains it (the current epoch or the next), because another
-	// replica needs that budget (Contention).
+	// replica needs that budget (Contention): of each, it keeps Keep
+	// units at most (its share hits included).
 	Release int64
+	Keep    uint64
 }
 
 // SyncResult is a store's answer for one SyncItem.
