@@ -116,10 +116,10 @@ func WithSweepInterval(d time.Duration) Option { return func(l *Limiter) { l.swe
 func New(opts ...Option) *Limiter {
 	sys := newSystemClock()
 	l := &Limiter{
-		clock:  sys,
-		log:    slog.New(slog.DiscardHandler),
-		sweep:  10 * time.Second,
-		keys:   newTable(),
+		clock:     sys,
+		log:       slog.New(slog.DiscardHandler),
+		sweep:     10 * time.Second,
+		keys:      newTable(),
 		kickCh:    make(chan struct{}, 1),
 		contended: make(map[string]*contention),
 	}

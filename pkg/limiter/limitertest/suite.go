@@ -44,6 +44,11 @@ func StoreSuite(t *testing.T, newStore func(t *testing.T) limiter.Store) {
 		{"Heartbeat", testHeartbeat},
 		{"ConcurrentReplicas", testConcurrentReplicas},
 		{"CanceledContext", testCanceledContext},
+		{"SharesUnreported", testSharesUnreported},
+		{"ShareHits", testShareHits},
+		{"ShareRelease", testShareRelease},
+		{"Members", testMembers},
+		{"Contention", testContention},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

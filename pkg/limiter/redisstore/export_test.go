@@ -1,7 +1,16 @@
 package redisstore
 
+import "context"
+
 // Redis key names, for tests of the layout.
 
 func (s *Store) RateKey(key string) string  { return s.keys.rate(key) }
 func (s *Store) SlotsKey(key string) string { return s.keys.slots(key) }
 func (s *Store) RegistryKey() string        { return s.keys.registry() }
+func (s *Store) JoinedKey() string          { return s.keys.joined() }
+func (s *Store) FeedKey() string            { return s.keys.feed() }
+
+// LeaveNow is Leave, returning the store clock's instant it applied at.
+func (s *Store) LeaveNow(ctx context.Context, replica string) (int64, error) {
+	return s.leave(ctx, replica)
+}

@@ -12,6 +12,8 @@ const (
 	kindRate     = 'r'
 	kindSlots    = 'c'
 	kindRegistry = 'n'
+	kindJoined   = 'j'
+	kindFeed     = 'f'
 )
 
 // keys builds the Redis keys of one service.
@@ -80,6 +82,14 @@ func (k keys) slots(key string) string { return k.build(kindSlots, key, true) }
 
 // registry is the Redis key of the service's replica registry.
 func (k keys) registry() string { return k.build(kindRegistry, "", false) }
+
+// joined is the Redis key of the registry's other half: when each replica
+// joined, and since. It shares the registry's hash tag.
+func (k keys) joined() string { return k.build(kindJoined, "", false) }
+
+// feed is the Redis key of the service's contention feed, a stream. It
+// shares the registry's hash tag.
+func (k keys) feed() string { return k.build(kindFeed, "", false) }
 
 // reservationField is the hash field of replica's reservation.
 func reservationField(replica string) string { return "r:" + replica }

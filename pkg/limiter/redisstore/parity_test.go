@@ -1,12 +1,14 @@
 package redisstore_test
 
 import (
+	"cmp"
 	"context"
 	"flag"
 	"fmt"
 	"math"
 	"math/rand/v2"
 	"reflect"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -82,6 +84,8 @@ func TestParity(t *testing.T) {
 	wg.Wait()
 	t.Logf("%d sequences, %d operations, %d script loads; replies: %d window rolls, %d weighted sliding windows, %d with credit, %d with others' reservations, %d pressed",
 		n, ops.Load(), loads.n.Load(), sum.rolls, sum.weighted, sum.granted, sum.others, sum.pressed)
+	t.Logf("static shares: %d items with shares, %d with share hits, %d releasing; replies: %d with others' shares held, %d contended, %d lapsing at the epoch's end; %d contentions read, %d registry members listed",
+		sum.shared, sum.shareHits, sum.releases, sum.held, sum.contended, sum.epochEnd, sum.feed, sum.members)
 	if loads.n.Load() == 0 && !failed.Load() {
 		t.Error("no script was reloaded after SCRIPT FLUSH")
 	}
@@ -117,6 +121,7 @@ type parity struct {
 	states  map[string][]limiter.WindowState
 	slots   []string
 	ids     []string
+	cursors map[string][2]string // replica → its contention cursors: redis, reference
 	lastNow int64
 	ops     int
 	tally   tally
@@ -125,13 +130,14 @@ type parity struct {
 
 func newParity(t *testing.T, client *redis.Client, seed uint64, seq int) *parity {
 	p := &parity{
-		t:      t,
-		rng:    rand.New(rand.NewPCG(seed, uint64(seq))),
-		seq:    seq,
-		redis:  redisstore.New(client, fmt.Sprintf("parity-%d", seq)),
-		clock:  limitertest.NewClock(time.Now()),
-		rules:  make(map[string]limiter.Rule),
-		states: make(map[string][]limiter.WindowState),
+		t:       t,
+		rng:     rand.New(rand.NewPCG(seed, uint64(seq))),
+		seq:     seq,
+		redis:   redisstore.New(client, fmt.Sprintf("parity-%d", seq)),
+		clock:   limitertest.NewClock(time.Now()),
+		rules:   make(map[string]limiter.Rule),
+		states:  make(map[string][]limiter.WindowState),
+		cursors: make(map[string][2]string),
 	}
 	p.ref = memstore.New(p.clock)
 	for i := range 1 + p.rng.IntN(3) {
@@ -176,12 +182,15 @@ func (p *parity) rule(extreme bool) limiter.Rule {
 }
 
 // changed draws a new rule for a live key: new limits on the same
-// periods, or another number of windows (which resets the windows). A
-// key's periods never change otherwise: the rule's fingerprint is part
-// of the limiter's key, so a changed period is a new key.
+// periods, or another number of windows (which resets the windows) of
+// which the first keeps its period (the share records, which outlive
+// the reset, count in it). A key's periods never change otherwise: the
+// rule's fingerprint is part of the limiter's key, so a changed period is
+// a new key.
 func (p *parity) changed(r limiter.Rule) limiter.Rule {
 	for {
 		n := p.rule(false)
+		n.Windows[0].Period = r.Windows[0].Period
 		if len(n.Windows) == len(r.Windows) {
 			for i := range n.Windows {
 				n.Windows[i].Period = r.Windows[i].Period
@@ -248,15 +257,17 @@ func (p *parity) run(n int) bool {
 		switch x := p.rng.IntN(100); {
 		case x < 55:
 			ok = p.sync()
-		case x < 70:
+		case x < 66:
 			ok = p.syncSlots()
-		case x < 78:
+		case x < 74:
 			ok = p.heartbeat()
-		case x < 84:
+		case x < 79:
 			ok = p.release()
-		case x < 87:
+		case x < 82:
 			ok = p.leave()
-		case x < 88: // long enough to roll 1 s windows and forget records
+		case x < 88:
+			ok = p.contention()
+		case x < 89: // long enough to roll 1 s windows and forget records
 			time.Sleep(time.Duration(300+p.rng.IntN(900)) * time.Millisecond)
 			ok = true
 		default: // long enough to expire short leases
@@ -324,10 +335,31 @@ func (p *parity) count(it *limiter.SyncItem, r limiter.SyncResult) {
 	if r.Pressed {
 		p.tally.pressed++
 	}
+	if it.Sharers > 0 {
+		p.tally.shared++
+	}
+	if len(it.ShareHits) > 0 {
+		p.tally.shareHits++
+	}
+	if it.Release != 0 {
+		p.tally.releases++
+	}
+	if r.Contended {
+		p.tally.contended++
+	}
+	if r.Expires != r.Now+int64(it.Lease/time.Microsecond) {
+		p.tally.epochEnd++
+	}
+	if it.Sharers > 0 && len(it.Windows) == 1 && it.Algorithm != limiter.TokenBucket && r.Others > 0 {
+		p.tally.held++ // a lower bound: others' reservations may make up Others
+	}
 }
 
 // tally counts what the replies exercised.
-type tally struct{ rolls, weighted, granted, others, pressed int64 }
+type tally struct {
+	rolls, weighted, granted, others, pressed                             int64
+	shared, shareHits, releases, held, contended, epochEnd, feed, members int64
+}
 
 func (t *tally) add(o tally) {
 	t.rolls += o.rolls
@@ -335,6 +367,14 @@ func (t *tally) add(o tally) {
 	t.granted += o.granted
 	t.others += o.others
 	t.pressed += o.pressed
+	t.shared += o.shared
+	t.shareHits += o.shareHits
+	t.releases += o.releases
+	t.held += o.held
+	t.contended += o.contended
+	t.epochEnd += o.epochEnd
+	t.feed += o.feed
+	t.members += o.members
 }
 
 // item draws one key's sync: hits (late, future, on boundaries, refunds,
@@ -361,7 +401,74 @@ func (p *parity) item(key string) limiter.SyncItem {
 	for range p.rng.IntN(4) {
 		it.Hits = append(it.Hits, p.hit(r, key))
 	}
+	p.shares(&it, r, key)
 	return it
+}
+
+// shares draws an item's static shares, mostly for rules of one fixed or
+// sliding window (the others carry them too, now and then: the stores
+// then record share hits and releases but count no shares): sharers,
+// share hits in the current and previous window (some empty, negative or
+// huge) and a release instant (Sharers 0 with a release is a replica
+// releasing a key it does not hold).
+func (p *parity) shares(it *limiter.SyncItem, r limiter.Rule, key string) {
+	single := len(r.Windows) == 1 && r.Algorithm != limiter.TokenBucket
+	if p.rng.IntN(5) == 0 || !single && p.rng.IntN(3) != 0 {
+		return
+	}
+	it.Sharers = p.rng.IntN(6)
+	if p.rng.IntN(4) == 0 { // past every epoch's end: credit from released shares lapses first
+		it.Lease = 25 * time.Hour
+	}
+	w := r.Windows[0]
+	per := int64(w.Period / time.Microsecond)
+	size := limiter.ShareSize(w, it.Share, max(it.Sharers, 1))
+	now := p.lastNow
+	for range p.rng.IntN(4) {
+		var h limiter.Hit
+		switch p.rng.IntN(6) {
+		case 0, 1:
+			h.At = now + p.rng.Int64N(2000)
+		case 2:
+			h.At = now/per*per - 1 - p.rng.Int64N(per) // the previous window
+		case 3:
+			h.At = now/per*per + p.rng.Int64N(2) // on the boundary
+		case 4:
+			h.At = now + 5_000_000 // ahead of Redis: counts as now
+		default:
+			h.At = now - p.rng.Int64N(3*per+1) // late, or too late to count
+		}
+		switch p.rng.IntN(10) {
+		case 0:
+			h.N = 0
+		case 1:
+			h.N = -1 - p.rng.Int64N(int64(min(size, 1<<40))+1)
+		case 2:
+			h.N = int64(1) << (30 + p.rng.IntN(11))
+		default:
+			h.N = 1 + p.rng.Int64N(int64(min(size, 1<<40))+2)
+		}
+		if r.Algorithm == limiter.TokenBucket {
+			room := p.bucketRoom(r, key)
+			h.N = max(min(h.N, room), -room)
+		}
+		it.ShareHits = append(it.ShareHits, h)
+	}
+	switch p.rng.IntN(9) {
+	case 0:
+		it.Release = now + p.rng.Int64N(2000)
+	case 1, 2:
+		it.Release = (now/per + 1) * per // through the next epoch
+	case 3:
+		it.Release = now/per*per - 1 - p.rng.Int64N(per) // the previous epoch
+	case 4:
+		it.Release = now + p.rng.Int64N(3*per) // the next epoch or further: the next
+	case 5:
+		it.Release = []int64{-1, 1, -per, 1 << 62}[p.rng.IntN(4)]
+	}
+	if it.Release != 0 && p.rng.IntN(2) == 0 { // a share left to release, a window left to grant from
+		it.Hits, it.ShareHits = nil, it.ShareHits[:min(len(it.ShareHits), 1)]
+	}
 }
 
 func (p *parity) units(r limiter.Rule) uint64 {
@@ -427,7 +534,7 @@ func (p *parity) bucketRoom(r limiter.Rule, key string) int64 {
 		}
 		room = min(room, max((1<<52-tat)/interval(w), 0))
 	}
-	return room / 16 // up to 3 hits in each of 3 items of a round
+	return room / 32 // up to 3 hits and 3 share hits in each of 3 items of a round
 
 }
 
@@ -475,11 +582,25 @@ func (p *parity) heartbeat() bool {
 		return p.fail("reference heartbeat: %v", err)
 	}
 	p.log = append(p.log, fmt.Sprintf("heartbeat %s %v → %+v", replica, lease, got))
-	if got != want {
+	if !sameMembership(got, want) {
 		return p.fail("heartbeat %s %v: redis %+v, reference %+v", replica, lease, got, want)
 	}
+	p.tally.members += int64(len(got.Members))
 	p.lastNow = got.Now
 	return true
+}
+
+// sameMembership compares memberships field by field, Members as sets.
+func sameMembership(a, b limiter.Membership) bool {
+	if a.Replicas != b.Replicas || a.Now != b.Now || a.Since != b.Since || len(a.Members) != len(b.Members) {
+		return false
+	}
+	sorted := func(ms []limiter.Member) []limiter.Member {
+		return slices.SortedFunc(slices.Values(ms), func(x, y limiter.Member) int {
+			return cmp.Or(cmp.Compare(x.Joined, y.Joined), cmp.Compare(x.Expires, y.Expires))
+		})
+	}
+	return slices.Equal(sorted(a.Members), sorted(b.Members))
 }
 
 func (p *parity) release() bool {
@@ -505,12 +626,40 @@ func (p *parity) release() bool {
 
 func (p *parity) leave() bool {
 	replica := p.pick(p.ids)
-	p.log = append(p.log, "leave "+replica)
-	if err := p.redis.Leave(context.Background(), replica); err != nil {
+	now, err := p.redis.LeaveNow(context.Background(), replica)
+	if err != nil {
 		return p.fail("redis leave: %v", err)
 	}
+	p.log = append(p.log, fmt.Sprintf("leave %s at %d", replica, now))
+	p.clock.Set(time.UnixMicro(now))
 	if err := p.ref.Leave(context.Background(), replica); err != nil {
 		return p.fail("reference leave: %v", err)
 	}
+	p.lastNow = now
+	return true
+}
+
+// contention reads the feed as one replica, from its own cursors of each
+// store (the first read of each replica starts from now).
+func (p *parity) contention() bool {
+	replica := p.pick(p.ids)
+	cur := p.cursors[replica]
+	got, gotNext, err := p.redis.Contention(context.Background(), replica, cur[0])
+	if err != nil {
+		return p.fail("redis contention: %v", err)
+	}
+	want, wantNext, err := p.ref.Contention(context.Background(), replica, cur[1])
+	if err != nil {
+		return p.fail("reference contention: %v", err)
+	}
+	p.log = append(p.log, fmt.Sprintf("contention %s %q → %d entries, %q", replica, cur[0], len(got), gotNext))
+	if len(got) != len(want) || len(got) > 0 && !reflect.DeepEqual(got, want) {
+		return p.fail("contention %s after %q, %q\n redis     %+v\n reference %+v", replica, cur[0], cur[1], got, want)
+	}
+	if gotNext == "" {
+		return p.fail("contention %s after %q: empty cursor", replica, cur[0])
+	}
+	p.cursors[replica] = [2]string{gotNext, wantNext}
+	p.tally.feed += int64(len(got))
 	return true
 }

@@ -36,7 +36,7 @@ var trickyKeys = []string{
 }
 
 func TestKeyLayout(t *testing.T) {
-	tag := regexp.MustCompile(`^\{[0-9a-f]{16}\}:[rcn]:`)
+	tag := regexp.MustCompile(`^\{[0-9a-f]{16}\}:[rcnjf]:`)
 	seen := map[string]string{}
 	add := func(redisKey, what string) {
 		t.Helper()
@@ -51,6 +51,13 @@ func TestKeyLayout(t *testing.T) {
 	for _, svc := range []string{"svc", "svc:a", "svc\\", "{svc}", ""} {
 		s := redisstore.New(nil, svc)
 		add(s.RegistryKey(), fmt.Sprintf("registry of %q", svc))
+		add(s.JoinedKey(), fmt.Sprintf("joined instants of %q", svc))
+		add(s.FeedKey(), fmt.Sprintf("contention feed of %q", svc))
+		for _, k := range []string{s.JoinedKey(), s.FeedKey()} {
+			if k[:18] != s.RegistryKey()[:18] {
+				t.Errorf("service key %q is not in the registry's slot %q", k, s.RegistryKey())
+			}
+		}
 		for _, k := range append(trickyKeys, "a:b:c", "b:c") {
 			rk, sk := s.RateKey(k), s.SlotsKey(k)
 			add(rk, fmt.Sprintf("rate key %q of %q", k, svc))
@@ -150,6 +157,20 @@ func TestCluster(t *testing.T) {
 	})
 }
 
+// TestSentinel runs the suite through a Sentinel failover client, as a
+// universal client: the store talks to the master it names.
+func TestSentinel(t *testing.T) {
+	node := redistest.Start(t)
+	sentinel := redistest.StartSentinel(t, node, "primary")
+	var client redis.UniversalClient = redis.NewFailoverClient(&redis.FailoverOptions{
+		MasterName: "primary", SentinelAddrs: []string{sentinel.Addr}, MaxRetries: -1,
+	})
+	t.Cleanup(func() { client.Close() })
+	limitertest.StoreSuite(t, func(*testing.T) limiter.Store {
+		return redisstore.New(client, newService())
+	})
+}
+
 func keySlot(t *testing.T, c *redis.ClusterClient, key string) int64 {
 	t.Helper()
 	n, err := c.ClusterKeySlot(context.Background(), key).Result()
@@ -203,20 +224,26 @@ func TestNoScript(t *testing.T) {
 	}
 }
 
-// TestExpiry: every key carries an expiry no later than when the
-// reference store would forget it.
+// TestExpiry: every key of a rate or concurrency key carries an expiry no
+// later than when the reference store would forget it; the registry, which
+// like the reference's remembers since, stays.
 func TestExpiry(t *testing.T) {
 	client := redistest.Start(t).Client(t)
 	st := redisstore.New(client, newService())
 	syncAll(t, st)
 	ctx := context.Background()
-	for _, k := range []string{st.RateKey("a"), st.SlotsKey("a"), st.RegistryKey()} {
+	for _, k := range []string{st.RateKey("a"), st.SlotsKey("a")} {
 		ttl, err := client.PTTL(ctx, k).Result()
 		if err != nil {
 			t.Fatal(err)
 		}
 		if ttl <= 0 || ttl > time.Hour+time.Second {
 			t.Errorf("%q: PTTL %v, want in (0, 1h]", k, ttl)
+		}
+	}
+	for _, k := range []string{st.RegistryKey(), st.JoinedKey()} {
+		if ttl, err := client.PTTL(ctx, k).Result(); err != nil || ttl != -1 {
+			t.Errorf("%q: PTTL %v, %v; want a key without expiry", k, ttl, err)
 		}
 	}
 	// A key whose every reservation is released still expires with its

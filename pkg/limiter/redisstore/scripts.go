@@ -17,6 +17,8 @@ var (
 	slotsLua string
 	//go:embed lua/heartbeat.lua
 	heartbeatLua string
+	//go:embed lua/leave.lua
+	leaveLua string
 )
 
 // The scripts, each prefixed with the shared helpers.
@@ -24,7 +26,11 @@ var (
 	rateScript      = redis.NewScript(libLua + rateLua)
 	slotsScript     = redis.NewScript(libLua + slotsLua)
 	heartbeatScript = redis.NewScript(libLua + heartbeatLua)
+	leaveScript     = redis.NewScript(libLua + leaveLua)
 )
+
+// noScriptTries bounds the reruns of calls refused with NOSCRIPT.
+const noScriptTries = 3
 
 // call is one script call of a round.
 type call struct {
@@ -34,18 +40,23 @@ type call struct {
 
 // evalRound runs script once per call in one pipeline. Calls refused with
 // NOSCRIPT (a restarted or flushed Redis, a new cluster node) are rerun
-// once, after loading the script on every node; the others are not, as
-// each has been applied. It returns the first error of any call.
+// after loading the script on every node, up to noScriptTries times (the
+// cache may be flushed again between the load and the rerun); the others
+// are not, as each has been applied. It returns the first error of any
+// call.
 func (s *Store) evalRound(ctx context.Context, script *redis.Script, calls []call) ([]*redis.Cmd, error) {
 	cmds := make([]*redis.Cmd, len(calls))
 	s.evalPipeline(ctx, script, calls, cmds, nil)
-	var missing []int
-	for i, c := range cmds {
-		if isNoScript(c.Err()) {
-			missing = append(missing, i)
+	for range noScriptTries {
+		var missing []int
+		for i, c := range cmds {
+			if isNoScript(c.Err()) {
+				missing = append(missing, i)
+			}
 		}
-	}
-	if len(missing) > 0 {
+		if len(missing) == 0 {
+			break
+		}
 		if err := script.Load(ctx, s.c).Err(); err != nil {
 			return nil, err
 		}

@@ -17,6 +17,8 @@ import (
 type rediser interface {
 	redis.Scripter
 	Pipeline() redis.Pipeliner
+	XRead(ctx context.Context, a *redis.XReadArgs) *redis.XStreamSliceCmd
+	XRevRangeN(ctx context.Context, stream, start, stop string, count int64) *redis.XMessageSliceCmd
 }
 
 var (
@@ -113,6 +115,7 @@ func (s *Store) Sync(ctx context.Context, replica string, items []limiter.SyncIt
 			return err
 		}
 	}
+	s.publish(ctx, replica, items, out)
 	return nil
 }
 
@@ -177,6 +180,10 @@ func appendRateArgs(args []any, it *limiter.SyncItem) []any {
 	for _, h := range it.Hits {
 		args = append(args, clampI(h.At), clampI(h.N))
 	}
+	args = append(args, clampI(int64(max(it.Sharers, 0))), clampI(it.Release), len(it.ShareHits))
+	for _, h := range it.ShareHits {
+		args = append(args, clampI(h.At), clampI(h.N))
+	}
 	return args
 }
 
@@ -197,11 +204,12 @@ func decodeSyncs(c *redis.Cmd, items []limiter.SyncItem, out []limiter.SyncResul
 	return nil
 }
 
-// decodeSync reads one key's reply: now, credit, others, pressed, then
-// epoch, cur, prev and TAT per window.
+// decodeSync reads one key's reply: now, credit, others, pressed,
+// expires, contended, then epoch, cur, prev and TAT per window.
 func decodeSync(reply any, windows int, out *limiter.SyncResult) error {
+	const head = 6
 	r, ok := reply.([]any)
-	if !ok || len(r) != 4+4*windows {
+	if !ok || len(r) != head+4*windows {
 		return fmt.Errorf("reply %v for %d windows", reply, windows)
 	}
 	v := make([]int64, len(r))
@@ -212,10 +220,11 @@ func decodeSync(reply any, windows int, out *limiter.SyncResult) error {
 	}
 	ws := make([]limiter.WindowState, windows)
 	for i := range ws {
-		w := v[4+4*i:]
+		w := v[head+4*i:]
 		ws[i] = limiter.WindowState{Epoch: w[0], Cur: uint64(w[1]), Prev: uint64(w[2]), TAT: w[3]}
 	}
-	*out = limiter.SyncResult{Credit: uint64(v[1]), Others: uint64(v[2]), Windows: ws, Now: v[0], Pressed: v[3] == 1}
+	*out = limiter.SyncResult{Credit: uint64(v[1]), Others: uint64(v[2]), Windows: ws, Now: v[0], Pressed: v[3] == 1,
+		Expires: v[4], Contended: v[5] == 1}
 	return nil
 }
 
@@ -251,27 +260,33 @@ func (s *Store) SyncSlots(ctx context.Context, replica string, items []limiter.S
 	return nil
 }
 
-// Heartbeat renews replica's lease in the registry and counts the live
-// replicas.
+// Heartbeat renews replica's lease in the registry, forgets the replicas
+// whose lease ended over a day ago (25 h, at most 1024 remembered), and
+// lists the others.
 func (s *Store) Heartbeat(ctx context.Context, replica string, lease time.Duration) (limiter.Membership, error) {
 	cmds, err := s.evalRound(ctx, heartbeatScript, []call{{
-		keys: []string{s.keys.registry()}, args: []any{replica, micros(lease)},
+		keys: []string{s.keys.registry(), s.keys.joined()}, args: []any{replica, micros(lease)},
 	}})
 	if err != nil {
 		return limiter.Membership{}, wrap("heartbeat", err)
 	}
 	v, err := cmds[0].Int64Slice()
-	if err == nil && len(v) != 2 {
+	if err == nil && (len(v) < 3 || len(v)%2 != 1) {
 		err = fmt.Errorf("%d values", len(v))
 	}
 	if err != nil {
 		return limiter.Membership{}, fmt.Errorf("redisstore: heartbeat: reply: %w", err)
 	}
-	return limiter.Membership{Replicas: int(max(v[1], 1)), Now: v[0]}, nil
+	m := limiter.Membership{Replicas: int(max(v[1], 1)), Now: v[0], Since: v[2], Members: make([]limiter.Member, 0, (len(v)-3)/2)}
+	for i := 3; i < len(v); i += 2 {
+		m.Members = append(m.Members, limiter.Member{Joined: v[i], Expires: v[i+1]})
+	}
+	return m, nil
 }
 
 // Release drops replica's reservations on keys and its slots on slotKeys,
-// in one pipeline.
+// in one pipeline. Its static share records stay: they count until their
+// epoch ends.
 func (s *Store) Release(ctx context.Context, replica string, keys, slotKeys []string) error {
 	if len(keys)+len(slotKeys) == 0 {
 		return nil
@@ -290,12 +305,174 @@ func (s *Store) Release(ctx context.Context, replica string, keys, slotKeys []st
 	return nil
 }
 
-// Leave removes replica from the registry.
+// Leave ends replica's lease now; the registry remembers it until a
+// heartbeat forgets it.
 func (s *Store) Leave(ctx context.Context, replica string) error {
-	pipe := s.c.Pipeline()
-	pipe.ZRem(ctx, s.keys.registry(), replica)
-	if _, err := pipe.Exec(ctx); err != nil {
-		return wrap("leave", err)
+	_, err := s.leave(ctx, replica)
+	return err
+}
+
+// leave is Leave, returning the store clock's instant it applied at.
+func (s *Store) leave(ctx context.Context, replica string) (int64, error) {
+	cmds, err := s.evalRound(ctx, leaveScript, []call{{keys: []string{s.keys.registry()}, args: []any{replica}}})
+	if err != nil {
+		return 0, wrap("leave", err)
 	}
-	return nil
+	now, err := cmds[0].Int64()
+	if err != nil {
+		return 0, fmt.Errorf("redisstore: leave: reply: %w", err)
+	}
+	return now, nil
+}
+
+// The contention feed is a stream of the service's (one key, on one node
+// of a Cluster): one entry per contended item, holding its key,
+// algorithm, windows and the replica that needs it.
+const (
+	// feedLen is how many entries the feed keeps, at least (MAXLEN ~).
+	feedLen = 1024
+	// feedRead is the most entries one Contention call reads; the next
+	// call reads on from where it stopped.
+	feedRead = 256
+	// feedTTL is how long the feed outlives its last entry: readers poll
+	// it every few hundred milliseconds, and one that comes back later
+	// reads on from its cursor into a new feed, whose entry ids, times,
+	// are later.
+	feedTTL = time.Hour
+)
+
+// publish adds the items whose result is contended to the feed, in one
+// pipeline. It is best effort: the round's syncs are applied whatever
+// becomes of it, and a replica still short of budget is contended again
+// at its next sync, which publishes the key again.
+func (s *Store) publish(ctx context.Context, replica string, items []limiter.SyncItem, out []limiter.SyncResult) {
+	var pipe redis.Pipeliner
+	key := s.keys.feed()
+	for i := range items {
+		if !out[i].Contended {
+			continue
+		}
+		if pipe == nil {
+			pipe = s.c.Pipeline()
+		}
+		it := &items[i]
+		pipe.XAdd(ctx, &redis.XAddArgs{Stream: key, MaxLen: feedLen, Approx: true, Values: []any{
+			"key", it.Key, "algorithm", int(it.Algorithm), "windows", encodeWindows(it.Windows), "replica", replica,
+		}})
+	}
+	if pipe == nil {
+		return
+	}
+	pipe.PExpire(ctx, key, feedTTL)
+	_, _ = pipe.Exec(ctx)
+}
+
+// Contention returns the keys replicas other than replica published after
+// cursor, a stream entry id, of at most feedRead entries, and the id to
+// read on from. The empty cursor returns none and the id of the feed's last
+// entry ("0-0" for an empty feed): reading from now on.
+func (s *Store) Contention(ctx context.Context, replica, cursor string) ([]limiter.Contended, string, error) {
+	key := s.keys.feed()
+	if cursor == "" {
+		last, err := s.c.XRevRangeN(ctx, key, "+", "-", 1).Result()
+		if err != nil {
+			return nil, cursor, wrap("contention", err)
+		}
+		if len(last) == 0 {
+			return nil, "0-0", nil
+		}
+		return nil, last[0].ID, nil
+	}
+	streams, err := s.c.XRead(ctx, &redis.XReadArgs{Streams: []string{key, cursor}, Count: feedRead, Block: -1}).Result()
+	if errors.Is(err, redis.Nil) {
+		return nil, cursor, nil
+	}
+	if err != nil {
+		return nil, cursor, wrap("contention", err)
+	}
+	var out []limiter.Contended
+	next := cursor
+	for _, st := range streams {
+		for _, m := range st.Messages {
+			next = m.ID
+			// An entry this store did not write is skipped: an error
+			// would leave the reader's cursor before it for good.
+			if c, err := decodeContended(m.Values); err == nil && c.Replica != replica {
+				out = append(out, c)
+			}
+		}
+	}
+	return out, next, nil
+}
+
+// encodeWindows writes windows as "limit period(ns) burst", separated by
+// ",".
+func encodeWindows(ws []limiter.Window) string {
+	var b []byte
+	for i, w := range ws {
+		if i > 0 {
+			b = append(b, ',')
+		}
+		b = strconv.AppendUint(b, w.Limit, 10)
+		b = append(b, ' ')
+		b = strconv.AppendInt(b, int64(w.Period), 10)
+		b = append(b, ' ')
+		b = strconv.AppendUint(b, w.Burst, 10)
+	}
+	return string(b)
+}
+
+func decodeWindows(s string) ([]limiter.Window, error) {
+	var ws []limiter.Window
+	for _, part := range strings.Split(s, ",") {
+		f := strings.Fields(part)
+		if len(f) != 3 {
+			return nil, fmt.Errorf("window %q", part)
+		}
+		limit, err1 := strconv.ParseUint(f[0], 10, 64)
+		period, err2 := strconv.ParseInt(f[1], 10, 64)
+		burst, err3 := strconv.ParseUint(f[2], 10, 64)
+		if err := errors.Join(err1, err2, err3); err != nil {
+			return nil, fmt.Errorf("window %q: %w", part, err)
+		}
+		ws = append(ws, limiter.Window{Limit: limit, Period: time.Duration(period), Burst: burst})
+	}
+	return ws, nil
+}
+
+// decodeContended reads one feed entry.
+func decodeContended(v map[string]any) (limiter.Contended, error) {
+	var c limiter.Contended
+	str := func(f string) (string, error) {
+		x, ok := v[f].(string)
+		if !ok {
+			return "", fmt.Errorf("no %s", f)
+		}
+		return x, nil
+	}
+	key, err := str("key")
+	if err != nil {
+		return c, err
+	}
+	alg, err := str("algorithm")
+	if err != nil {
+		return c, err
+	}
+	a, err := strconv.ParseUint(alg, 10, 8)
+	if err != nil {
+		return c, fmt.Errorf("algorithm %q", alg)
+	}
+	enc, err := str("windows")
+	if err != nil {
+		return c, err
+	}
+	ws, err := decodeWindows(enc)
+	if err != nil {
+		return c, err
+	}
+	replica, err := str("replica")
+	if err != nil {
+		return c, err
+	}
+	return limiter.Contended{Key: key, Algorithm: limiter.Algorithm(a), Windows: ws, Replica: replica}, nil
 }

@@ -1,18 +1,68 @@
--- heartbeat: renew a replica's lease in the registry and count the live
--- replicas.
+-- heartbeat: renew a replica's lease in the registry, forget the replicas
+-- whose lease ended long ago, and list the others (memstore's Heartbeat).
 --
 -- KEYS[1]  the service's registry: a sorted set of replica ids scored by
 --          lease expiry (µs)
+-- KEYS[2]  the registry's other half, a hash (same hash tag):
+--            j:<id>  when replica id first joined, µs
+--            since   the latest lease end the registry forgot, µs
+--                    (absent: 0)
 -- ARGV     replica, lease(µs)
--- Reply    now, live replicas (at least 1)
+-- Reply    now, live replicas (at least 1), since, then per member:
+--          joined, expires
+--
+-- The registry remembers a replica RETAIN after its lease ends, at most
+-- MAXMEMBERS of them: it lists every replica whose lease ended after
+-- since. Neither key expires: since must outlive the members it stands
+-- for, and both stay small.
 
-local key = KEYS[1]
+local RETAIN = 90000000000 -- 25 h, µs
+local MAXMEMBERS = 1024
+
+local reg, meta = KEYS[1], KEYS[2]
+local replica = ARGV[1]
 local now = clock()
-redis.call('ZADD', key, fmt(now + tonumber(ARGV[2])), ARGV[1])
-redis.call('ZREMRANGEBYSCORE', key, '-inf', fmt(now))
-local n = redis.call('ZCARD', key)
-if n > 0 then
-  local last = redis.call('ZRANGE', key, -1, -1, 'WITHSCORES')
-  redis.call('PEXPIREAT', key, ceilms(tonumber(last[2])))
+
+-- A replica joins when the registry does not list it.
+local joined = 'j:' .. replica
+if redis.call('ZSCORE', reg, replica) then
+  redis.call('HSETNX', meta, joined, fmt(now))
+else
+  redis.call('HSET', meta, joined, fmt(now))
 end
-return {now, math.max(n, 1)}
+redis.call('ZADD', reg, fmt(now + tonumber(ARGV[2])), replica)
+redis.call('PERSIST', reg) -- earlier versions gave the registry an expiry
+
+-- forget: the oldest lease ends go while they ended RETAIN ago or more,
+-- or while the registry holds more than MAXMEMBERS; since moves to the
+-- latest one dropped.
+local since = tonumber(redis.call('HGET', meta, 'since') or '0')
+local old = redis.call('ZCOUNT', reg, '-inf', fmt(now - RETAIN))
+local drop = math.max(old, redis.call('ZCARD', reg) - MAXMEMBERS)
+if drop > 0 then
+  local gone = redis.call('ZRANGE', reg, 0, drop - 1, 'WITHSCORES')
+  local fields = {}
+  for i = 1, #gone, 2 do
+    fields[#fields + 1] = 'j:' .. gone[i]
+  end
+  since = math.max(since, tonumber(gone[#gone]))
+  redis.call('ZREMRANGEBYRANK', reg, 0, drop - 1)
+  redis.call('HDEL', meta, unpack(fields))
+  redis.call('HSET', meta, 'since', fmt(since))
+end
+
+local live = redis.call('ZCOUNT', reg, '(' .. fmt(now), '+inf')
+local out = {now, math.max(live, 1), since}
+local members = redis.call('ZRANGE', reg, 0, -1, 'WITHSCORES')
+if #members > 0 then
+  local fields = {}
+  for i = 1, #members, 2 do
+    fields[#fields + 1] = 'j:' .. members[i]
+  end
+  local joins = redis.call('HMGET', meta, unpack(fields))
+  for i = 1, #fields do
+    out[#out + 1] = (joins[i] and tonumber(joins[i])) or 0
+    out[#out + 1] = tonumber(members[2 * i])
+  end
+end
+return out

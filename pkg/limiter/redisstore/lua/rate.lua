@@ -8,13 +8,19 @@
 --                   separated by ","
 --            p      a sliding window's KeyRecord.Pressed, µs
 --            r:<id> replica id's reservation, "units expires(µs)"
+--            s:<id> replica id's static share record (ShareRecord),
+--                   "epoch cur prev tat released": the share hits it
+--                   pushed as a window state of the rule's first window,
+--                   and the last epoch of which it released its share
+--                   (0: never)
 -- ARGV     replica, then per key in turn: algorithm (0 fixed, 1 sliding,
 --          2 token bucket), n windows, then per window: period(µs) limit
 --          capacity; unused, want, waiting, denied, share, replicas,
 --          lease(µs), n hits, then per hit: at(µs) units (negative: a
---          refund).
--- Reply    per key: now, credit, others, pressed (1 or 0), then per
---          window: epoch cur prev tat.
+--          refund); sharers, release(µs, 0: none), n share hits, then
+--          per share hit: at(µs) units.
+-- Reply    per key: now, credit, others, pressed (1 or 0), expires(µs),
+--          contended (1 or 0), then per window: epoch cur prev tat.
 
 local FIXED, SLIDING, BUCKET = 0, 1, 2
 
@@ -29,6 +35,7 @@ local GRACE = 1000000
 local now = clock()
 local replica = ARGV[1]
 local mine = 'r:' .. replica
+local myshare = 's:' .. replica
 local alg -- the algorithm of the key being synced
 
 -- WindowState.Roll
@@ -107,16 +114,25 @@ local function fresh_at(s, w)
   return (s.epoch + 1) * w.p
 end
 
--- load reads key's record for a rule of nw windows: its window states
+-- parse_share splits a share record, "epoch cur prev tat released".
+local function parse_share(v)
+  local e, c, p, t, r = string.match(v, '^(%-?%d+) (%d+) (%d+) (%-?%d+) (%-?%d+)$')
+  return {s = {epoch = tonumber(e), cur = tonumber(c), prev = tonumber(p), tat = tonumber(t)}, rel = tonumber(r), stored = true}
+end
+
+-- load reads key's record for a rule of nw windows: its window states st
 -- (fresh ones if it expired or had other windows), this replica's
--- reservation (units and whether it has one), the sum of the others'
--- live ones, the latest expiry among them and when it stops counting
--- as pressed (0: never was). Expired reservations are dropped (step 1 of
--- KeyRecord.Sync).
+-- reservation (own units, and owned: whether it has one), the sum of the
+-- others' live ones (others) and the latest expiry among them (last),
+-- when it stops counting as pressed (pressed, 0: never was), and the
+-- share records (shares: field → {s = state, rel = released}, nshares of
+-- them). Expired reservations are dropped (step 1 of KeyRecord.Sync):
+-- their fields are listed in dels, which save deletes.
 local function load(key, nw)
   local flat = redis.call('HGETALL', key)
   local w, x, pressed
   local resv = {} -- indexes in flat of the reservations' fields
+  local shares, nshares = {}, 0
   for i = 1, #flat, 2 do
     local f = flat[i]
     if f == 'w' then
@@ -125,13 +141,19 @@ local function load(key, nw)
       x = flat[i + 1]
     elseif f == 'p' then
       pressed = tonumber(flat[i + 1])
-    elseif string.sub(f, 1, 2) == 'r:' then
-      resv[#resv + 1] = i
+    else
+      local kind = string.sub(f, 1, 2)
+      if kind == 'r:' then
+        resv[#resv + 1] = i
+      elseif kind == 's:' then
+        shares[f] = parse_share(flat[i + 1])
+        nshares = nshares + 1
+      end
     end
   end
   if x and tonumber(x) <= now then
     redis.call('DEL', key)
-    w, resv, pressed = nil, {}, nil
+    w, resv, pressed, shares, nshares = nil, {}, nil, {}, 0
   end
   local st = {}
   local n = 0
@@ -146,55 +168,145 @@ local function load(key, nw)
     for i = 1, nw do st[i] = {epoch = 0, cur = 0, prev = 0, tat = 0} end
   end
 
-  local own, others, last = 0, 0, 0
-  local owned = false
+  local rec = {st = st, own = 0, owned = false, others = 0, last = 0, pressed = pressed or 0,
+    shares = shares, nshares = nshares, dels = {}}
   for _, i in ipairs(resv) do
     local f = flat[i]
     local u, exp = parse_reservation(flat[i + 1])
     if exp <= now then
-      redis.call('HDEL', key, f)
+      rec.dels[#rec.dels + 1] = f
     elseif f == mine then
-      own, owned = u, true
+      rec.own, rec.owned = u, true
     else
-      others = satadd(others, u)
-      last = math.max(last, exp)
+      rec.others = satadd(rec.others, u)
+      rec.last = math.max(rec.last, exp)
     end
   end
-
-  return st, own, owned, others, last, pressed or 0
+  return rec
 end
 
--- save writes the windows st, this replica's credit until now + lease,
--- when the key stops counting as pressed and the record's expiry
--- (KeyRecord.ExpiresAt, at least now + 1 as in memstore; last is the
--- latest other reservation's or this one's), and returns the reply: now,
--- credit, others, pressed and the window states.
-local function save(key, st, ws, credit, others, lease, last, pressed)
-  local out = {now, credit, others, pressed > now and 1 or 0}
+-- save writes the record: the windows st, this replica's reservation of
+-- credit until expires, when the key stops counting as pressed, the share
+-- records charged, and the record's expiry (KeyRecord.ExpiresAt, at least
+-- now + 1 as in memstore), all in one HSET after one HDEL of the fields
+-- dropped. It returns the reply: now, credit, others, pressed, expires,
+-- contended and the window states.
+local function save(key, rec, ws, credit, expires, others, contended)
+  local out = {now, credit, others, rec.pressed > now and 1 or 0, expires, contended and 1 or 0}
+  local fields = {'w', '', 'x', ''}
   local enc = {}
-  local expires = last
+  local x = rec.last
+  if credit > 0 then
+    x = math.max(x, expires)
+    fields[#fields + 1], fields[#fields + 2] = mine, string.format('%d %d', credit, expires)
+  end
   for i = 1, #ws do
-    local s = st[i]
+    local s = rec.st[i]
     enc[i] = string.format('%d %d %d %d', s.epoch, s.cur, s.prev, s.tat)
-    expires = math.max(expires, fresh_at(s, ws[i]))
+    x = math.max(x, fresh_at(s, ws[i]))
     out[#out + 1] = s.epoch
     out[#out + 1] = s.cur
     out[#out + 1] = s.prev
     out[#out + 1] = s.tat
   end
+  for f, r in pairs(rec.shares) do
+    if #ws == 1 then
+      x = math.max(x, fresh_at(r.s, ws[1]), (r.rel + 1) * ws[1].p)
+    end
+    if r.dirty then
+      local s = r.s
+      fields[#fields + 1], fields[#fields + 2] = f, string.format('%d %d %d %d %d', s.epoch, s.cur, s.prev, s.tat, r.rel)
+    end
+  end
+  if rec.pressed > now then -- a lapsed value left in place reads the same
+    fields[#fields + 1], fields[#fields + 2] = 'p', fmt(rec.pressed)
+  end
   -- Past 2^53 the state is not one the maths produce; never let it wrap
   -- into a past expiry.
-  expires = math.min(math.max(expires, now + 1), MAXEXACT)
-  local fields = {'w', table.concat(enc, ','), 'x', fmt(expires)}
-  if credit > 0 then
-    fields[5], fields[6] = mine, string.format('%d %d', credit, now + lease)
-  end
-  if pressed > now then -- a lapsed value left in place reads the same
-    fields[#fields + 1], fields[#fields + 2] = 'p', fmt(pressed)
+  x = math.min(math.max(x, now + 1), MAXEXACT)
+  fields[2], fields[4] = table.concat(enc, ','), fmt(x)
+  if #rec.dels > 0 then
+    redis.call('HDEL', key, unpack(rec.dels))
   end
   redis.call('HSET', key, unpack(fields))
-  redis.call('PEXPIREAT', key, ceilms(expires + GRACE))
+  redis.call('PEXPIREAT', key, ceilms(x + GRACE))
   return out
+end
+
+-- charge charges the nh hits whose arguments start at ARGV[h] to every
+-- window, each to the window it was admitted in (step 2 of
+-- KeyRecord.Sync).
+local function charge(st, ws, h, nh)
+  for k = 0, nh - 1 do
+    local at, units = tonumber(ARGV[h + 2 * k]), tonumber(ARGV[h + 2 * k + 1])
+    for i = 1, #ws do
+      if units >= 0 then
+        charge_at(st[i], ws[i], at, units)
+      else
+        refund(st[i], ws[i], -units)
+      end
+    end
+  end
+end
+
+-- KeyRecord.chargeShares: records this replica's nsh share hits (their
+-- arguments start at ARGV[h]) and its release in its share record, drops
+-- the records that no longer count, and returns what the shares hold of
+-- the window (heldShares): all unreported shares, this replica's own, the
+-- part released through the current epoch and when the first of those
+-- releases ends; then whether the rule has static shares (sharesOf; if
+-- not, the rest are zero).
+local function charge_shares(rec, ws, sharers, share, h, nsh, release)
+  local has = sharers > 0 and #ws == 1 and alg ~= BUCKET
+  if not has and nsh == 0 and release == 0 then return 0, 0, 0, 0, false end
+  local w = ws[1]
+  local shares = rec.shares
+  if nsh > 0 or release ~= 0 then
+    local r = shares[myshare]
+    if r == nil then
+      r = {s = {epoch = 0, cur = 0, prev = 0, tat = 0}, rel = 0}
+      shares[myshare] = r
+      rec.nshares = rec.nshares + 1
+    end
+    for k = 0, nsh - 1 do
+      local units = tonumber(ARGV[h + 2 * k + 1])
+      if units > 0 then
+        charge_at(r.s, w, tonumber(ARGV[h + 2 * k]), units)
+      end
+    end
+    if release ~= 0 then -- the current epoch or the next
+      r.rel = math.max(r.rel, math.min(idiv(release, w.p), idiv(now, w.p) + 1))
+    end
+    r.dirty = true
+  end
+  local epoch = idiv(now, w.p)
+  for f, r in pairs(shares) do
+    if fresh_at(r.s, w) <= now and r.rel < epoch then
+      shares[f] = nil
+      rec.nshares = rec.nshares - 1
+      if r.stored then rec.dels[#rec.dels + 1] = f end
+    end
+  end
+  if not has then return 0, 0, 0, 0, false end
+  -- ShareSize; share is clamped to (0, 1] and sharers > 0.
+  local size = idiv(math.floor(share * w.limit), sharers)
+  local sw = {p = w.p, limit = size}
+  local all, own, released, returns = 0, 0, 0, MAXEXACT
+  for f, r in pairs(shares) do
+    local s = {epoch = r.s.epoch, cur = r.s.cur, prev = r.s.prev, tat = r.s.tat}
+    roll(s, w.p)
+    local left = remaining(s, sw)
+    if r.rel >= epoch then
+      released = satadd(released, left)
+      returns = math.min(returns, (r.rel + 1) * w.p)
+      left = 0
+    end
+    all = satadd(all, left)
+    if f == myshare then own = left end
+  end
+  -- The unreported shares: S each of the sharers without a record.
+  all = satadd(all, math.min(math.max(sharers - rec.nshares, 0) * size, MAXEXACT))
+  return all, own, released, returns, true
 end
 
 -- KeyRecord.dryGetsOne: a fixed window's last units go a unit at a time
@@ -228,58 +340,62 @@ local function sync(key, a)
   local lease, nh = tonumber(ARGV[a + 6]), tonumber(ARGV[a + 7])
   local hits = a + 8
   a = hits + 2 * nh
+  local sharers, release, nsh = tonumber(ARGV[a]), tonumber(ARGV[a + 1]), tonumber(ARGV[a + 2])
+  local shits = a + 3
+  a = shits + 2 * nsh
+  if share <= 0 or share > 1 then share = 1 end
+  if nrep < 1 then nrep = 1 end
 
-  local st, own, owned, others, last, pressed = load(key, nw)
+  local rec = load(key, nw)
+  local st = rec.st
 
-  -- 2. charge the hits, each to the window it was admitted in.
-  for h = 0, nh - 1 do
-    local at, units = tonumber(ARGV[hits + 2 * h]), tonumber(ARGV[hits + 2 * h + 1])
-    for i = 1, nw do
-      if units >= 0 then
-        charge_at(st[i], ws[i], at, units)
-      else
-        refund(st[i], ws[i], -units)
-      end
-    end
-  end
+  -- 2. charge the hits and the share hits, each to the window it was
+  -- admitted in; the share hits to this replica's share record too.
+  charge(st, ws, hits, nh)
+  charge(st, ws, shits, nsh)
+  local held, ownheld, released, returns, has = charge_shares(rec, ws, sharers, share, shits, nsh, release)
 
   -- A sliding window is pressed for its shortest period from a report of
   -- requests waiting or denied.
   if alg == SLIDING and (denied > 0 or waiting > 0) then
     local p = ws[1].p
     for i = 2, nw do p = math.min(p, ws[i].p) end
-    pressed = now + p
+    rec.pressed = now + p
   end
 
-  -- 3. avail = min over windows (remaining - others).
+  -- 3. avail = min over windows (remaining - others - shares held).
+  local reserved = satadd(rec.others, held)
   local avail
   for i = 1, nw do
     roll(st[i], ws[i].p)
-    local r = satsub(remaining(st[i], ws[i]), others)
+    local r = satsub(remaining(st[i], ws[i]), reserved)
     if avail == nil or r < avail then avail = r end
   end
 
   -- 4-6. keep, split, last mile.
-  local kept = math.min(unused, own, avail)
+  local kept = math.min(unused, rec.own, avail)
   local free = avail - kept
-  if share <= 0 or share > 1 then share = 1 end
-  if nrep < 1 then nrep = 1 end
   local grant = math.min(want, idiv(math.floor(share * free), nrep))
-  if grant == 0 and kept == 0 and want > 0 and dry_gets_one(st, ws, share, nrep, pressed)
+  if grant == 0 and kept == 0 and want > 0 and dry_gets_one(st, ws, share, nrep, rec.pressed)
       and math.floor(share * free) > 0 then
     grant = 1
   end
   if waiting > grant then grant = math.max(grant, math.min(waiting, free)) end
 
-  -- 7. record the reservation (written by save, with the windows).
+  -- 7. the reservation (written by save, with the windows) lapses at now
+  -- + lease, or when the first released share returns where it reaches
+  -- into released shares (shareExpiry).
   local credit = kept + grant
-  if credit > 0 then
-    last = math.max(last, now + lease)
-  elseif owned then
-    redis.call('HDEL', key, mine)
+  local expires = now + lease
+  if has and credit > satsub(avail, released) then
+    expires = math.min(expires, returns)
   end
-
-  return save(key, st, ws, credit, others, lease, last, pressed), a
+  if credit == 0 and rec.owned then
+    rec.dels[#rec.dels + 1] = mine
+  end
+  local oheld = held - ownheld
+  local contended = oheld > 0 and waiting > grant
+  return save(key, rec, ws, credit, expires, satadd(rec.others, oheld), contended), a
 end
 
 local replies = {}
