@@ -26,13 +26,14 @@ import (
 // Contention. When requests on one replica wait for budget that other
 // replicas hold as shares, the store publishes the key
 // (Store.Contention); for contendHold, every replica that reads it
-// releases, once an epoch, its share of the key through the next epoch
-// beyond what it used of it in the last one (and a unit), pushing its
-// share hits with the release.
+// releases, once an epoch, the rest of its share of the key through the
+// next epoch, pushing its share hits with the release: a key near its
+// limit is shared by credit alone, whose last units go to the requests
+// that wait for them.
 
 // contendHold is how long a replica gives up its share of a key after
 // reading that another replica needs it.
-const contendHold = 2 * time.Second
+const contendHold = 10 * time.Second
 
 // maxContended bounds the contended keys a replica remembers.
 const maxContended = 4096
@@ -52,7 +53,6 @@ type shareState struct {
 	sharers  int         // n for epoch
 	pending  []Hit       // share hits not yet pushed
 	released int64       // the last epoch of the share this replica released
-	keep     uint64      // what it kept of the share through released
 	// release asks the next sync to release the current epoch's share.
 	release atomic.Bool
 }
@@ -116,7 +116,7 @@ func (l *Limiter) spendShare(cs *creditState, n, now int64, dry bool) bool {
 	}
 	size := sh.size
 	if sh.released >= e {
-		size = min(size, sh.keep)
+		size = 0
 	}
 	if size == 0 {
 		sh.none.Store(l.localOf((e + 1) * p))
@@ -187,24 +187,9 @@ func (sh *shareState) takeShare(it *SyncItem, snow int64, w Window) {
 	if sh.release.Swap(false) {
 		p := int64(w.Period)
 		sh.released = snow/p + 1
-		sh.keep = sh.need(w, snow)
 		sh.none.Store(0)
-		it.Release, it.Keep = sh.released*p, sh.keep
+		it.Release = sh.released * p
 	}
-}
-
-// need is what the replica keeps of its share when it releases: what it
-// admitted in the last epoch or is on pace to admit in this one, and a
-// unit. sh.mu must be held.
-func (sh *shareState) need(w Window, snow int64) uint64 {
-	p := int64(w.Period)
-	sh.state.Roll(Window{Limit: sh.size, Period: w.Period}, snow)
-	elapsed := max(snow-sh.state.Epoch*p, p/10)
-	pace := uint64((float64(sh.state.Cur)*float64(p) + float64(elapsed) - 1) / float64(elapsed))
-	if sh.state.Epoch != snow/p {
-		pace = 0
-	}
-	return min(sh.size, max(sh.state.Prev, pace)+1)
 }
 
 // untake puts back what a failed round took.
@@ -221,6 +206,15 @@ func (sh *shareState) untake(it SyncItem) {
 	if it.Release != 0 {
 		sh.release.Store(true) // still released locally; said again next round
 	}
+}
+
+// shareOnly reports, with no lock, a key that has never synced and has
+// nothing to: it admits from its static share alone. Waiters, a sync
+// asked for and a round in flight all show in kicked or view, so a scan
+// of the keys due may pass it by.
+func (cs *creditState) shareOnly() bool {
+	return cs.share != nil && cs.view.Load() == nil && !cs.kicked.Load() && cs.credit.Load() <= 0 &&
+		cs.hits.Load() == 0 && cs.refunds.Load() == 0 && !cs.share.release.Load()
 }
 
 // pendingUnits is the share units admitted and not yet pushed.

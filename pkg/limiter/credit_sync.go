@@ -201,8 +201,8 @@ func (l *Limiter) apply(cs *creditState, r *SyncResult) {
 		l.enqueue(cs)
 	}
 	cs.nextSync = now + int64(interval)
-	if len(cs.waiters) > 0 && !r.Contended {
-		cs.settleWaiters(l, now)
+	if len(cs.waiters) > 0 {
+		cs.settleWaiters(l, now, r.Contended)
 	}
 	if cs.kicked.Load() || len(cs.waiters) > 0 {
 		l.enqueue(cs) // asked again while the round was in flight
@@ -229,9 +229,10 @@ func (cs *creditState) halfUsed(snow int64, reserved bool) bool {
 // settleWaiters handles the waiters a sync could not serve: those the view
 // says cannot fit now are denied at once; if not even one unit fits and no
 // credit is left, the key denies locally until it would (at most one sync
-// interval); those that may still fit ask for another round. cs.mu must be
-// held.
-func (cs *creditState) settleWaiters(l *Limiter, now int64) {
+// interval, unless other replicas are about to release shares of the key:
+// contended); those that may still fit ask for another round. cs.mu must
+// be held.
+func (cs *creditState) settleWaiters(l *Limiter, now int64, contended bool) {
 	snow := l.storeNow(now)
 	kept := cs.waiters[:0]
 	for _, w := range cs.waiters {
@@ -244,7 +245,7 @@ func (cs *creditState) settleWaiters(l *Limiter, now int64) {
 	}
 	clear(cs.waiters[len(kept):])
 	cs.waiters = kept
-	if wait := cs.viewWait(snow, 1); wait > 0 && cs.credit.Load() <= 0 {
+	if wait := cs.viewWait(snow, 1); wait > 0 && cs.credit.Load() <= 0 && !contended {
 		cs.deniedTo.Store(now + int64(min(wait, cs.rule.Tuning.syncInterval())))
 	}
 	if len(cs.waiters) > 0 {

@@ -153,10 +153,12 @@ func (l *Limiter) creditFor(key []byte, rule *Rule, now int64) *creditState {
 func (l *Limiter) newCredit(key string, rule *Rule, now int64) *creditState {
 	cs := &creditState{key: key, rule: rule, ws: storeWindows(rule.Windows), capacity: minCapacity(rule), nextSync: now,
 		share: l.newShare(key, rule)}
-	if cs.share != nil && l.sharerCount(l.storeNow(now)/int64(cs.ws[0].Period)*int64(cs.ws[0].Period)) > 0 {
-		// No unreserved cold credit beside static shares, which the store
-		// counts as holding the budget: the first request spends this
-		// replica's share, or waits.
+	if cs.share != nil {
+		// No unreserved cold credit beside static shares: the store
+		// counts them as holding the budget, and grants it to others
+		// meanwhile. The first request spends this replica's share, or
+		// waits for a round.
+		cs.kicked.Store(false)
 		return cs
 	}
 	n := uint64(max(l.replicas.Load(), 1))

@@ -18,8 +18,8 @@ import "time"
 // as held (no grant).
 //
 // A replica with no share record counts S; one with a record counts S
-// less the share hits it pushed (its State); through the epochs of which
-// it released its share, the part of Keep it has not used. Shares are counted at the n of the caller:
+// less the share hits it pushed (its State); nothing through the epochs
+// of which it released its share. Shares are counted at the n of the caller:
 // every replica reading the registry counts the same n for an epoch
 // (Membership.Sharers).
 
@@ -30,11 +30,9 @@ type ShareRecord struct {
 	// arithmetic.
 	State WindowState
 	// Released is the last epoch (window index) of which the replica gave
-	// up its share beyond Keep units, from the sync that said so on; zero:
-	// never. A release names the current epoch or the next, and the last
-	// release says what is kept.
+	// up the rest of its share, from the sync that said so on; zero:
+	// never. A release names the current epoch or the next.
 	Released int64
-	Keep     uint64
 }
 
 // sharesOf reports whether it gives its rule static shares.
@@ -81,7 +79,6 @@ func (r *KeyRecord) chargeShares(replica string, it *SyncItem, ws []Window, now 
 		if it.Release != 0 {
 			e := now / int64(w.Period)
 			rec.Released = max(rec.Released, min(it.Release/int64(w.Period), e+1))
-			rec.Keep = it.Keep
 		}
 		r.Shares[replica] = rec
 	}
@@ -109,10 +106,9 @@ func (r *KeyRecord) chargeShares(replica string, it *SyncItem, ws []Window, now 
 		rec.State.Roll(sw, now)
 		left := rec.State.Remaining(sw, it.Algorithm, now)
 		if rec.Released >= epoch {
-			kept := rec.State.Remaining(Window{Limit: min(size, rec.Keep), Period: w.Period}, it.Algorithm, now)
-			h.released = satAdd(h.released, left-kept)
+			h.released = satAdd(h.released, left)
 			h.returns = min(h.returns, (rec.Released+1)*int64(w.Period))
-			left = kept
+			left = 0
 		}
 		h.all = satAdd(h.all, left)
 		if id == replica {

@@ -209,7 +209,10 @@ func TestSimLastMile(t *testing.T) {
 // TestSimEarlySyncAvoidsWaiting: at 0.9× of the limit, 45 requests in
 // every second spread over 2, 4 or 8 replicas that start together
 // (callers making one request a second each), nothing is denied and under
-// 1 % of all requests find no credit and wait for a sync round.
+// 1 % of all requests find no credit and wait for a sync round. The first
+// request of a cold key on each replica of a cluster that is just
+// starting waits for the key's first round (mode cold, not counted): no
+// credit is handed out that the store does not know of.
 //
 // A sliding window is held to the 1 % while its slack holds a unit for
 // each replica: 2 and 4 replicas here. At a steady 0.9× its count stays
@@ -235,8 +238,7 @@ func TestSimEarlySyncAvoidsWaiting(t *testing.T) {
 			}
 			for _, l := range r.lims {
 				st := l.Stats()
-				waited += st.Decisions["sync"] + st.Decisions["cold"] + st.Decisions["overrun"]
-				t.Logf("%v", st.Decisions)
+				waited += st.Decisions["sync"] + st.Decisions["overrun"]
 			}
 			t.Logf("%v, %d replicas: offered per second %v, admitted %v, waited %v", a, reps, seconds(r.offered, secs), seconds(r.admitted, secs), seconds(r.waitsAt, secs))
 			var rounds uint64

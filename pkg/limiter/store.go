@@ -124,10 +124,8 @@ type SyncItem struct {
 	// Release, when nonzero, is an instant (store clock, µs): the replica
 	// gives up the rest of its static share of every epoch up to the one
 	// that contains it (the current epoch or the next), because another
-	// replica needs that budget (Contention): of each, it keeps Keep
-	// units at most (its share hits included).
+	// replica needs that budget (Contention).
 	Release int64
-	Keep    uint64
 }
 
 // SyncResult is a store's answer for one SyncItem.

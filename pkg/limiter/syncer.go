@@ -221,6 +221,12 @@ func (l *Limiter) scanDue(now int64) []*creditState {
 	var due, half []*creditState
 	snow := l.storeNow(now)
 	l.keys.eachCredit(func(e *entry, cs *creditState) {
+		if cs.shareOnly() {
+			if now-cs.lastUse.Load() > 2*int64(maxPeriod(cs.rule)) {
+				e.fresh.Store(now) // its share's epoch is over: evictable
+			}
+			return
+		}
 		cs.mu.Lock()
 		defer cs.mu.Unlock()
 		cs.snapshotBoundary(snow)

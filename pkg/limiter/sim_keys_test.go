@@ -1,0 +1,292 @@
+package limiter_test
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"sync"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/ratelimit-svc/ratelimit-svc/pkg/limiter"
+	"github.com/ratelimit-svc/ratelimit-svc/pkg/limiter/limitertest"
+	"github.com/ratelimit-svc/ratelimit-svc/pkg/limiter/memstore"
+)
+
+// keySim runs replicas of the credit engine over many keys of one rule,
+// on the virtual clock of a synctest bubble, against one reference store.
+// A single driver sends rate requests a second, each to a key drawn
+// uniformly or from a Zipf law and to the replicas in turn; it records
+// every answer by key and window. Replicas can be started, crashed (their
+// store calls fail and they get no more requests) and stopped while it
+// runs.
+type keySim struct {
+	rule     *limiter.Rule
+	replicas int
+	keys     uint64
+	zipf     float64 // 0: uniform
+	rate     float64 // requests a second, all replicas
+	duration time.Duration
+	// measureFrom: waits and denials are counted from this offset on.
+	measureFrom time.Duration
+	store       limiter.Store // nil: a fresh reference store
+	// during, if set, runs in the bubble beside the driver.
+	during func(r *keyRun)
+}
+
+type keyRun struct {
+	mu       sync.Mutex
+	s        keySim
+	start    time.Time
+	faulty   *limitertest.FaultyStore
+	ctx      context.Context
+	engines  sync.WaitGroup
+	lims     []*limiter.Limiter // nil: crashed or stopped
+	names    []string
+	cancels  []context.CancelFunc
+	admitted map[[2]uint64]uint64 // (key, window index) → admitted
+	offered  map[[2]uint64]uint64
+	denied   map[[2]uint64]uint64 // denials counted from measureFrom
+	requests uint64
+	waited   uint64 // decisions that waited for the store, from measureFrom
+	base     map[int]uint64
+}
+
+// add starts a replica and returns its index.
+func (r *keyRun) add() int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	i := len(r.lims)
+	name := fmt.Sprint("replica-", i)
+	l := limiter.New(limiter.WithStore(r.faulty, name))
+	ctx, cancel := context.WithCancel(r.ctx)
+	r.lims, r.names, r.cancels = append(r.lims, l), append(r.names, name), append(r.cancels, cancel)
+	r.engines.Go(func() { l.Run(ctx) })
+	return i
+}
+
+// crash cuts replica i off the store and from traffic, as a killed
+// process: nothing is pushed or released.
+func (r *keyRun) crash(i int) {
+	r.faulty.Partition(r.names[i], true)
+	r.mu.Lock()
+	r.lims[i] = nil
+	r.mu.Unlock()
+	r.cancels[i]()
+}
+
+func waitedOf(l *limiter.Limiter) uint64 {
+	d := l.Stats().Decisions
+	return d["sync"] + d["cold"] + d["overrun"]
+}
+
+func (s keySim) run(t *testing.T) *keyRun {
+	r := &keyRun{s: s, admitted: map[[2]uint64]uint64{}, offered: map[[2]uint64]uint64{},
+		denied: map[[2]uint64]uint64{}, base: map[int]uint64{}}
+	synctest.Test(t, func(t *testing.T) {
+		store := s.store
+		if store == nil {
+			store = memstore.New(nil)
+		}
+		r.faulty = limitertest.NewFaultyStore(store)
+		time.Sleep(time.Until(time.Now().Truncate(time.Second).Add(time.Second)))
+		r.start = time.Now()
+		ctx, cancel := context.WithCancel(context.Background())
+		r.ctx = ctx
+		for range s.replicas {
+			r.add()
+		}
+		if s.during != nil {
+			go s.during(r)
+		}
+		r.drive()
+		cancel()
+		r.engines.Wait()
+	})
+	return r
+}
+
+// drive sends the requests, one every 1/rate, in batches of one tick.
+func (r *keyRun) drive() {
+	s := r.s
+	rng := rand.New(rand.NewPCG(1, 2))
+	var zipf *rand.Zipf
+	if s.zipf > 0 {
+		zipf = rand.NewZipf(rng, s.zipf, 1, s.keys-1)
+	}
+	const tick = 10 * time.Millisecond
+	perTick := s.rate * tick.Seconds()
+	var owed float64
+	next := 0
+	period := s.rule.Windows[0].Period
+	out := make([]limiter.Result, 1)
+	measuring := false
+	for time.Since(r.start) < s.duration {
+		if !measuring && time.Since(r.start) >= s.measureFrom {
+			measuring = true
+			r.mu.Lock()
+			for i, l := range r.lims {
+				if l != nil {
+					r.base[i] = waitedOf(l)
+				}
+			}
+			r.mu.Unlock()
+		}
+		owed += perTick
+		for ; owed >= 1; owed-- {
+			k := rng.Uint64N(s.keys)
+			if zipf != nil {
+				k = zipf.Uint64()
+			}
+			r.mu.Lock()
+			lims := r.lims
+			r.mu.Unlock()
+			var l *limiter.Limiter
+			for l == nil {
+				l, next = lims[next%len(lims)], next+1
+			}
+			req := []limiter.Request{{Key: fmt.Appendf(nil, "k%d|%s", k, s.rule.Fingerprint()), Rule: s.rule}}
+			at := time.Now()
+			ok, _ := l.Decide(req, out)
+			w := [2]uint64{k, uint64(at.UnixNano() / int64(period))}
+			r.mu.Lock()
+			r.offered[w]++
+			r.requests++
+			if ok {
+				r.admitted[w]++
+			} else if measuring {
+				r.denied[w]++
+			}
+			r.mu.Unlock()
+		}
+		time.Sleep(tick)
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for i, l := range r.lims {
+		if l != nil {
+			r.waited += waitedOf(l) - r.base[i]
+		}
+	}
+}
+
+// check fails t for a window of a key over the limit, or a denial of a key
+// that was sent no more than the limit in that window.
+func (r *keyRun) check(t *testing.T, slack uint64) (over, deniedUnder int) {
+	t.Helper()
+	limit := r.s.rule.Windows[0].Limit
+	for w, n := range r.admitted {
+		if n > limit+slack {
+			over++
+			if over <= 5 {
+				t.Errorf("key %d, window %d: %d admitted > %d (offered %d)", w[0], w[1], n, limit, r.offered[w])
+			}
+		}
+	}
+	for w, n := range r.denied {
+		if r.offered[w] <= limit {
+			deniedUnder++
+			if deniedUnder <= 5 {
+				t.Errorf("key %d, window %d: %d denied though offered %d ≤ %d", w[0], w[1], n, r.offered[w], limit)
+			}
+		}
+	}
+	return over, deniedUnder
+}
+
+func perMinute(limit uint64) *limiter.Rule {
+	return &limiter.Rule{Algorithm: limiter.FixedWindow, Windows: []limiter.Window{{Limit: limit, Period: time.Minute}}}
+}
+
+// TestSimManyKeysFarBelowLimit: 20 000 keys under a 100/minute rule at
+// 0.15 requests a second each (3 000 a second), on 1, 2 and 4 replicas.
+// Once the replicas hold their static shares (from the first minute that
+// begins a lease after they joined), nothing is denied and no decision
+// waits for the store; the store sees a handful of rounds.
+func TestSimManyKeysFarBelowLimit(t *testing.T) {
+	for _, n := range []int{1, 2, 4} {
+		t.Run(fmt.Sprint(n, " replicas"), func(t *testing.T) {
+			r := keySim{rule: perMinute(100), replicas: n, keys: 20000, rate: 3000,
+				duration: 150 * time.Second, measureFrom: 60 * time.Second}.run(t)
+			over, under := r.check(t, 0)
+			var rounds uint64
+			for _, l := range r.lims {
+				rounds += l.Stats().Rounds
+			}
+			t.Logf("%d requests; %d waited for the store after the first minute; %d windows over; %d denied under the limit; %d sync rounds in all",
+				r.requests, r.waited, over, under, rounds)
+			if r.waited > 0 {
+				t.Errorf("%d decisions waited for the store after the shares began", r.waited)
+			}
+			if len(r.denied) > 0 {
+				t.Errorf("%d key windows had denials", len(r.denied))
+			}
+		})
+	}
+}
+
+// TestSimSkewedManyKeys: 1 000 keys of 10 a second with Zipf(1.1)
+// popularity over 4 replicas, at 3× the load the keys could take together
+// were it spread evenly: no key's window is over its limit, and a key sent
+// no more than its limit in a second is not denied.
+func TestSimSkewedManyKeys(t *testing.T) {
+	r := keySim{rule: perSecond(10), replicas: 4, keys: 1000, zipf: 1.1, rate: 3000,
+		duration: 20 * time.Second, measureFrom: 5 * time.Second}.run(t)
+	over, under := r.check(t, 0)
+	var denied uint64
+	for _, n := range r.denied {
+		denied += n
+	}
+	t.Logf("%d requests; %d denied after 5 s; %d windows over; %d key-seconds denied under the limit", r.requests, denied, over, under)
+}
+
+// TestSimScaleOut: 2 → 4 replicas in the middle of a minute at 5× the
+// load of one key: every window stays within the limit.
+func TestSimScaleOut(t *testing.T) {
+	for _, rule := range []*limiter.Rule{perMinute(100), perSecond(50)} {
+		p := rule.Windows[0].Period
+		rate := 5 * float64(rule.Windows[0].Limit) / p.Seconds()
+		r := keySim{rule: rule, replicas: 2, keys: 1, rate: rate, duration: 200 * time.Second, measureFrom: 200 * time.Second,
+			during: func(r *keyRun) {
+				time.Sleep(90 * time.Second)
+				r.add()
+				r.add()
+			}}.run(t)
+		r.check(t, 0)
+		admitted := make([]uint64, 0, len(r.admitted))
+		for w := range uint64(200 * time.Second / p) {
+			admitted = append(admitted, r.admitted[[2]uint64{0, uint64(r.start.UnixNano()/int64(p)) + w}])
+		}
+		t.Logf("%v: admitted per window %v", p, admitted)
+	}
+}
+
+// TestSimRestart: a replica killed in the middle of a minute and replaced
+// at once: the minute admits no more than the limit (a crash loses the
+// unpushed share hits from the store's counts but not from its budget).
+func TestSimRestart(t *testing.T) {
+	rule := perMinute(100)
+	r := keySim{rule: rule, replicas: 4, keys: 1, rate: 5 * 100 / 60.0, duration: 240 * time.Second, measureFrom: 240 * time.Second,
+		during: func(r *keyRun) {
+			time.Sleep(90 * time.Second)
+			r.crash(1)
+			r.add()
+		}}.run(t)
+	r.check(t, 0)
+}
+
+// TestSimSlowStore: every store call 50 ms late, over many keys far below
+// their limit: nothing is denied, and the limit holds for the hot key.
+func TestSimSlowStore(t *testing.T) {
+	r := keySim{rule: perMinute(100), replicas: 4, keys: 5000, rate: 1000, zipf: 1.1,
+		duration: 150 * time.Second, measureFrom: 0,
+		during: func(r *keyRun) { r.faulty.SetDelay(50 * time.Millisecond) }}.run(t)
+	limit := r.s.rule.Windows[0].Limit
+	for w, n := range r.denied {
+		if r.offered[w] <= limit/2 {
+			t.Errorf("key %d, window %d: %d denied though offered %d ≤ half the limit", w[0], w[1], n, r.offered[w])
+		}
+	}
+	r.check(t, 0)
+}
