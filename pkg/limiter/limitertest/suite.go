@@ -47,6 +47,7 @@ func StoreSuite(t *testing.T, newStore func(t *testing.T) limiter.Store) {
 		{"SharesUnreported", testSharesUnreported},
 		{"ShareHits", testShareHits},
 		{"ShareRelease", testShareRelease},
+		{"ShareEpochs", testShareEpochs},
 		{"Members", testMembers},
 		{"Contention", testContention},
 	}

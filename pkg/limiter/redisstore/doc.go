@@ -15,19 +15,37 @@
 //	[prefix]{h}:r:<service>:<key>   rate key: a hash of
 //	                                  x       record expiry (µs)
 //	                                  w       window states
+//	                                  p       when a sliding window stops
+//	                                          counting as pressed (µs)
 //	                                  r:<id>  replica id's reservation
+//	                                  s:<id>  replica id's static share
 //	[prefix]{h}:c:<service>:<key>   concurrency key: r:<id> → id's slots
-//	[prefix]{h}:n:<service>         replica registry: a sorted set of
+//	[prefix]{g}:n:<service>         replica registry: a sorted set of
 //	                                replica ids scored by lease expiry
+//	[prefix]{g}:j:<service>         a hash: j:<id> → when replica id
+//	                                joined (µs); since
+//	[prefix]{g}:f:<service>         contention feed: a stream of the keys
+//	                                replicas need others' shares of
 //
-// Every key carries a PEXPIREAT at the instant the reference store would
-// forget it (a rate key a second later, as a script call reads its keys
-// against one TIME), so idle keys cost no memory.
+// The three service keys share one hash tag {g}, the service's own (the
+// tag of the empty key), so one script reaches
+// both halves of the registry on a Cluster. Every key of a rate or
+// concurrency key carries a PEXPIREAT at the instant the reference store
+// would forget it (a rate key a second later, as a script call reads its
+// keys against one TIME), so idle keys cost no memory. The registry does
+// not expire: like the reference store's, it remembers since (the latest
+// lease end it forgot), and it stays small, at most 1024 replicas whose
+// lease ended within 25 hours. The feed keeps its last 1024 entries or
+// so (MAXLEN ~) and expires an hour after its last one.
 //
 // Scripts (embedded, loaded once, run with EVALSHA and reloaded on
 // NOSCRIPT): rate (the sync of one or more rate keys at one TIME), slots
-// (one concurrency key's sync) and heartbeat (renew a lease, drop expired
-// ones, count live replicas). Release and Leave are plain HDEL and ZREM.
+// (one concurrency key's sync), heartbeat (renew a lease, forget the
+// replicas gone for 25 hours, list the rest) and leave (end a lease).
+// Release is a plain HDEL. The contention feed is written after the rate
+// script, with XADD, for the items whose reply says contended (best
+// effort: the round stands if it fails), and read with XREAD from the
+// reader's cursor, an entry id.
 //
 // Clock. Scripts read Redis TIME, in microseconds since the Unix epoch,
 // so replica clocks may disagree. Lua numbers are doubles: the scripts
@@ -42,7 +60,8 @@
 // Round trips. Sync and SyncSlots send their items in one pipeline (split
 // per node by a cluster client): SyncSlots one EVALSHA per item, Sync one
 // per batch of up to 32 keys on a single node or Sentinel master, whose
-// keys all live on one server, and one per key on a Cluster or Ring. The
+// keys all live on one server, and one per key on a Cluster or Ring; a
+// round with contended items takes one more, for their XADDs. The
 // store never retries: the sync loop's next tick is the retry, so
 // configure the client without retries. A round that fails may still have
 // applied some of its items; replaying one only over-counts (hits are

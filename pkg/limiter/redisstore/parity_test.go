@@ -335,7 +335,7 @@ func (p *parity) count(it *limiter.SyncItem, r limiter.SyncResult) {
 	if r.Pressed {
 		p.tally.pressed++
 	}
-	if it.Sharers > 0 {
+	if it.ShareEpoch > 0 {
 		p.tally.shared++
 	}
 	if len(it.ShareHits) > 0 {
@@ -350,7 +350,7 @@ func (p *parity) count(it *limiter.SyncItem, r limiter.SyncResult) {
 	if r.Expires != r.Now+int64(it.Lease/time.Microsecond) {
 		p.tally.epochEnd++
 	}
-	if it.Sharers > 0 && len(it.Windows) == 1 && it.Algorithm != limiter.TokenBucket && r.Others > 0 {
+	if it.ShareEpoch > 0 && len(it.Windows) == 1 && it.Algorithm == limiter.FixedWindow && r.Others > 0 {
 		p.tally.held++ // a lower bound: others' reservations may make up Others
 	}
 }
@@ -405,25 +405,40 @@ func (p *parity) item(key string) limiter.SyncItem {
 	return it
 }
 
-// shares draws an item's static shares, mostly for rules of one fixed or
-// sliding window (the others carry them too, now and then: the stores
-// then record share hits and releases but count no shares): sharers,
-// share hits in the current and previous window (some empty, negative or
-// huge) and a release instant (Sharers 0 with a release is a replica
-// releasing a key it does not hold).
+// shares draws an item's static shares, mostly for rules of one fixed
+// window (the others carry them too, now and then: the stores then
+// record share hits and releases but count no shares): the share epoch
+// (mostly the current one, or the one before, whose next may be the
+// store's; now and then one the store has left or not reached, or none),
+// sharers of it and of the next, share hits in the current and previous
+// window (some empty, negative or huge) and a release instant (with no
+// share epoch, a replica releasing a key it does not hold).
 func (p *parity) shares(it *limiter.SyncItem, r limiter.Rule, key string) {
-	single := len(r.Windows) == 1 && r.Algorithm != limiter.TokenBucket
+	single := len(r.Windows) == 1 && r.Algorithm == limiter.FixedWindow
 	if p.rng.IntN(5) == 0 || !single && p.rng.IntN(3) != 0 {
 		return
 	}
+	w := r.Windows[0]
+	per := int64(w.Period / time.Microsecond)
+	now := p.lastNow
+	switch e := now / per; p.rng.IntN(10) {
+	case 0:
+	case 1:
+		it.ShareEpoch = e - 1
+	case 2:
+		it.ShareEpoch = []int64{e - 2, e + 1, 1}[p.rng.IntN(3)]
+	default:
+		it.ShareEpoch = e
+	}
 	it.Sharers = p.rng.IntN(6)
+	it.SharersNext = it.Sharers
+	if p.rng.IntN(3) == 0 {
+		it.SharersNext = p.rng.IntN(6)
+	}
 	if p.rng.IntN(4) == 0 { // past every epoch's end: credit from released shares lapses first
 		it.Lease = 25 * time.Hour
 	}
-	w := r.Windows[0]
-	per := int64(w.Period / time.Microsecond)
 	size := limiter.ShareSize(w, it.Share, max(it.Sharers, 1))
-	now := p.lastNow
 	for range p.rng.IntN(4) {
 		var h limiter.Hit
 		switch p.rng.IntN(6) {
@@ -639,27 +654,28 @@ func (p *parity) leave() bool {
 	return true
 }
 
-// contention reads the feed as one replica, from its own cursors of each
-// store (the first read of each replica starts from now).
+// contention reads the feed as every replica, each from its own cursors
+// of each store (a replica's first read starts from now).
 func (p *parity) contention() bool {
-	replica := p.pick(p.ids)
-	cur := p.cursors[replica]
-	got, gotNext, err := p.redis.Contention(context.Background(), replica, cur[0])
-	if err != nil {
-		return p.fail("redis contention: %v", err)
+	for _, replica := range p.ids {
+		cur := p.cursors[replica]
+		got, gotNext, err := p.redis.Contention(context.Background(), replica, cur[0])
+		if err != nil {
+			return p.fail("redis contention: %v", err)
+		}
+		want, wantNext, err := p.ref.Contention(context.Background(), replica, cur[1])
+		if err != nil {
+			return p.fail("reference contention: %v", err)
+		}
+		p.log = append(p.log, fmt.Sprintf("contention %s %q → %d entries, %q", replica, cur[0], len(got), gotNext))
+		if len(got) != len(want) || len(got) > 0 && !reflect.DeepEqual(got, want) {
+			return p.fail("contention %s after %q, %q\n redis     %+v\n reference %+v", replica, cur[0], cur[1], got, want)
+		}
+		if gotNext == "" {
+			return p.fail("contention %s after %q: empty cursor", replica, cur[0])
+		}
+		p.cursors[replica] = [2]string{gotNext, wantNext}
+		p.tally.feed += int64(len(got))
 	}
-	want, wantNext, err := p.ref.Contention(context.Background(), replica, cur[1])
-	if err != nil {
-		return p.fail("reference contention: %v", err)
-	}
-	p.log = append(p.log, fmt.Sprintf("contention %s %q → %d entries, %q", replica, cur[0], len(got), gotNext))
-	if len(got) != len(want) || len(got) > 0 && !reflect.DeepEqual(got, want) {
-		return p.fail("contention %s after %q, %q\n redis     %+v\n reference %+v", replica, cur[0], cur[1], got, want)
-	}
-	if gotNext == "" {
-		return p.fail("contention %s after %q: empty cursor", replica, cur[0])
-	}
-	p.cursors[replica] = [2]string{gotNext, wantNext}
-	p.tally.feed += int64(len(got))
 	return true
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"strconv"
 	"strings"
 	"time"
@@ -180,7 +181,8 @@ func appendRateArgs(args []any, it *limiter.SyncItem) []any {
 	for _, h := range it.Hits {
 		args = append(args, clampI(h.At), clampI(h.N))
 	}
-	args = append(args, clampI(int64(max(it.Sharers, 0))), clampI(it.Release), len(it.ShareHits))
+	args = append(args, clampI(it.ShareEpoch), clampI(int64(it.Sharers)), clampI(int64(it.SharersNext)),
+		clampI(it.Release), len(it.ShareHits))
 	for _, h := range it.ShareHits {
 		args = append(args, clampI(h.At), clampI(h.N))
 	}
@@ -204,10 +206,11 @@ func decodeSyncs(c *redis.Cmd, items []limiter.SyncItem, out []limiter.SyncResul
 	return nil
 }
 
-// decodeSync reads one key's reply: now, credit, others, pressed,
-// expires, contended, then epoch, cur, prev and TAT per window.
+// decodeSync reads one key's reply: now, credit, the others'
+// reservations and static shares held, pressed, expires, contended, then
+// epoch, cur, prev and TAT per window.
 func decodeSync(reply any, windows int, out *limiter.SyncResult) error {
-	const head = 6
+	const head = 7
 	r, ok := reply.([]any)
 	if !ok || len(r) != head+4*windows {
 		return fmt.Errorf("reply %v for %d windows", reply, windows)
@@ -223,9 +226,19 @@ func decodeSync(reply any, windows int, out *limiter.SyncResult) error {
 		w := v[head+4*i:]
 		ws[i] = limiter.WindowState{Epoch: w[0], Cur: uint64(w[1]), Prev: uint64(w[2]), TAT: w[3]}
 	}
-	*out = limiter.SyncResult{Credit: uint64(v[1]), Others: uint64(v[2]), Windows: ws, Now: v[0], Pressed: v[3] == 1,
-		Expires: v[4], Contended: v[5] == 1}
+	*out = limiter.SyncResult{Credit: uint64(v[1]), Others: satAdd(uint64(v[2]), uint64(v[3])), Windows: ws, Now: v[0],
+		Pressed: v[4] == 1, Expires: v[5], Contended: v[6] == 1}
 	return nil
+}
+
+// satAdd is a + b, saturating at the largest uint64 as the reference's
+// Others does: every unit is held by the shares of an epoch the item
+// does not know (2^53 - 1) on top of the reservations.
+func satAdd(a, b uint64) uint64 {
+	if s := a + b; s >= a {
+		return s
+	}
+	return math.MaxUint64
 }
 
 // SyncSlots applies concurrency items for replica in one pipeline.

@@ -17,10 +17,13 @@
 --          2 token bucket), n windows, then per window: period(µs) limit
 --          capacity; unused, want, waiting, denied, share, replicas,
 --          lease(µs), n hits, then per hit: at(µs) units (negative: a
---          refund); sharers, release(µs, 0: none), n share hits, then
---          per share hit: at(µs) units.
--- Reply    per key: now, credit, others, pressed (1 or 0), expires(µs),
---          contended (1 or 0), then per window: epoch cur prev tat.
+--          refund); share epoch (0: no shares), sharers, sharers of the
+--          next epoch, release(µs, 0: none), n share hits, then per share
+--          hit: at(µs) units.
+-- Reply    per key: now, credit, others' reservations, others' shares
+--          held (Others is their sum, saturated in Go), pressed (1 or 0),
+--          expires(µs), contended (1 or 0), then per window: epoch cur
+--          prev tat.
 
 local FIXED, SLIDING, BUCKET = 0, 1, 2
 
@@ -117,7 +120,8 @@ end
 -- parse_share splits a share record, "epoch cur prev tat released".
 local function parse_share(v)
   local e, c, p, t, r = string.match(v, '^(%-?%d+) (%d+) (%d+) (%-?%d+) (%-?%d+)$')
-  return {s = {epoch = tonumber(e), cur = tonumber(c), prev = tonumber(p), tat = tonumber(t)}, rel = tonumber(r), stored = true}
+  return {s = {epoch = tonumber(e), cur = tonumber(c), prev = tonumber(p), tat = tonumber(t)},
+    rel = tonumber(r), stored = true}
 end
 
 -- load reads key's record for a rule of nw windows: its window states st
@@ -125,8 +129,8 @@ end
 -- reservation (own units, and owned: whether it has one), the sum of the
 -- others' live ones (others) and the latest expiry among them (last),
 -- when it stops counting as pressed (pressed, 0: never was), and the
--- share records (shares: field → {s = state, rel = released}, nshares of
--- them). Expired reservations are dropped (step 1 of KeyRecord.Sync):
+-- share records (shares: field → {s = state, rel = released}, nshares
+-- of them). Expired reservations are dropped (step 1 of KeyRecord.Sync):
 -- their fields are listed in dels, which save deletes.
 local function load(key, nw)
   local flat = redis.call('HGETALL', key)
@@ -189,10 +193,10 @@ end
 -- credit until expires, when the key stops counting as pressed, the share
 -- records charged, and the record's expiry (KeyRecord.ExpiresAt, at least
 -- now + 1 as in memstore), all in one HSET after one HDEL of the fields
--- dropped. It returns the reply: now, credit, others, pressed, expires,
--- contended and the window states.
-local function save(key, rec, ws, credit, expires, others, contended)
-  local out = {now, credit, others, rec.pressed > now and 1 or 0, expires, contended and 1 or 0}
+-- dropped. It returns the reply: now, credit, others' reservations and
+-- shares held, pressed, expires, contended and the window states.
+local function save(key, rec, ws, credit, expires, oheld, contended)
+  local out = {now, credit, rec.others, oheld, rec.pressed > now and 1 or 0, expires, contended and 1 or 0}
   local fields = {'w', '', 'x', ''}
   local enc = {}
   local x = rec.last
@@ -250,16 +254,18 @@ local function charge(st, ws, h, nh)
 end
 
 -- KeyRecord.chargeShares: records this replica's nsh share hits (their
--- arguments start at ARGV[h]) and its release in its share record, drops
--- the records that no longer count, and returns what the shares hold of
--- the window (heldShares): all unreported shares, this replica's own, the
--- part released through the current epoch and when the first of those
--- releases ends; then whether the rule has static shares (sharesOf; if
--- not, the rest are zero).
-local function charge_shares(rec, ws, sharers, share, h, nsh, release)
-  local has = sharers > 0 and #ws == 1 and alg ~= BUCKET
-  if not has and nsh == 0 and release == 0 then return 0, 0, 0, 0, false end
+-- arguments start at ARGV[h]) and its release in its share record, drops the records that no longer count, and returns what
+-- the shares hold of the window (heldShares) for an item of share epoch
+-- se and sharers n, nn: all unreported shares, this replica's own, the
+-- part released through the current epoch, when the first of those
+-- releases ends, and whether a reservation may outlive the epoch
+-- (carry); then whether the rule has static shares (sharesOf; if not,
+-- the rest are zero).
+local function charge_shares(rec, ws, se, n, nn, share, h, nsh, release)
+  local has = se > 0 and #ws == 1 and alg == FIXED
+  if not has and nsh == 0 and release == 0 then return 0, 0, 0, 0, false, false end
   local w = ws[1]
+  local epoch = idiv(now, w.p)
   local shares = rec.shares
   if nsh > 0 or release ~= 0 then
     local r = shares[myshare]
@@ -275,11 +281,10 @@ local function charge_shares(rec, ws, sharers, share, h, nsh, release)
       end
     end
     if release ~= 0 then -- the current epoch or the next
-      r.rel = math.max(r.rel, math.min(idiv(release, w.p), idiv(now, w.p) + 1))
+      r.rel = math.max(r.rel, math.min(idiv(release, w.p), epoch + 1))
     end
     r.dirty = true
   end
-  local epoch = idiv(now, w.p)
   for f, r in pairs(shares) do
     if fresh_at(r.s, w) <= now and r.rel < epoch then
       shares[f] = nil
@@ -287,15 +292,19 @@ local function charge_shares(rec, ws, sharers, share, h, nsh, release)
       if r.stored then rec.dels[#rec.dels + 1] = f end
     end
   end
-  if not has then return 0, 0, 0, 0, false end
-  -- ShareSize; share is clamped to (0, 1] and sharers > 0.
-  local size = idiv(math.floor(share * w.limit), sharers)
-  local sw = {p = w.p, limit = size}
+  if not has then return 0, 0, 0, 0, false, false end
+  if epoch == se + 1 then
+    n = nn
+  elseif epoch ~= se then -- an epoch the item does not know the sharers of
+    return MAXEXACT, 0, 0, MAXEXACT, false, true
+  end
+  -- ShareSize; share is clamped to (0, 1].
+  local size = idiv(math.floor(share * w.limit), math.max(n, 1))
   local all, own, released, returns = 0, 0, 0, MAXEXACT
   for f, r in pairs(shares) do
     local s = {epoch = r.s.epoch, cur = r.s.cur, prev = r.s.prev, tat = r.s.tat}
     roll(s, w.p)
-    local left = remaining(s, sw)
+    local left = satsub(size, s.cur) -- remaining of a fixed window of size
     if r.rel >= epoch then
       released = satadd(released, left)
       returns = math.min(returns, (r.rel + 1) * w.p)
@@ -305,8 +314,8 @@ local function charge_shares(rec, ws, sharers, share, h, nsh, release)
     if f == myshare then own = left end
   end
   -- The unreported shares: S each of the sharers without a record.
-  all = satadd(all, math.min(math.max(sharers - rec.nshares, 0) * size, MAXEXACT))
-  return all, own, released, returns, true
+  all = satadd(all, math.min(math.max(n - rec.nshares, 0) * size, MAXEXACT))
+  return all, own, released, returns, epoch == se and nn == n, true
 end
 
 -- KeyRecord.dryGetsOne: a fixed window's last units go a unit at a time
@@ -340,8 +349,9 @@ local function sync(key, a)
   local lease, nh = tonumber(ARGV[a + 6]), tonumber(ARGV[a + 7])
   local hits = a + 8
   a = hits + 2 * nh
-  local sharers, release, nsh = tonumber(ARGV[a]), tonumber(ARGV[a + 1]), tonumber(ARGV[a + 2])
-  local shits = a + 3
+  local se, sharers, nnext = tonumber(ARGV[a]), tonumber(ARGV[a + 1]), tonumber(ARGV[a + 2])
+  local release, nsh = tonumber(ARGV[a + 3]), tonumber(ARGV[a + 4])
+  local shits = a + 5
   a = shits + 2 * nsh
   if share <= 0 or share > 1 then share = 1 end
   if nrep < 1 then nrep = 1 end
@@ -353,7 +363,8 @@ local function sync(key, a)
   -- admitted in; the share hits to this replica's share record too.
   charge(st, ws, hits, nh)
   charge(st, ws, shits, nsh)
-  local held, ownheld, released, returns, has = charge_shares(rec, ws, sharers, share, shits, nsh, release)
+  local held, ownheld, released, returns, carry, has =
+    charge_shares(rec, ws, se, sharers, nnext, share, shits, nsh, release)
 
   -- A sliding window is pressed for its shortest period from a report of
   -- requests waiting or denied.
@@ -383,19 +394,26 @@ local function sync(key, a)
   if waiting > grant then grant = math.max(grant, math.min(waiting, free)) end
 
   -- 7. the reservation (written by save, with the windows) lapses at now
-  -- + lease, or when the first released share returns where it reaches
+  -- + lease; of a rule with shares, at the epoch's end unless it may
+  -- carry over, and when the first released share returns if it reaches
   -- into released shares (shareExpiry).
   local credit = kept + grant
   local expires = now + lease
-  if has and credit > satsub(avail, released) then
-    expires = math.min(expires, returns)
+  if has then
+    if not carry then
+      local p = ws[1].p
+      expires = math.min(expires, (idiv(now, p) + 1) * p)
+    end
+    if credit > satsub(avail, released) then
+      expires = math.min(expires, returns)
+    end
   end
   if credit == 0 and rec.owned then
     rec.dels[#rec.dels + 1] = mine
   end
   local oheld = held - ownheld
   local contended = oheld > 0 and waiting > grant
-  return save(key, rec, ws, credit, expires, satadd(rec.others, oheld), contended), a
+  return save(key, rec, ws, credit, expires, oheld, contended), a
 end
 
 local replies = {}

@@ -1,0 +1,110 @@
+package redisstore_test
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/ratelimit-svc/ratelimit-svc/internal/redistest"
+	"github.com/ratelimit-svc/ratelimit-svc/pkg/limiter"
+	"github.com/ratelimit-svc/ratelimit-svc/pkg/limiter/limitertest"
+	"github.com/ratelimit-svc/ratelimit-svc/pkg/limiter/memstore"
+	"github.com/ratelimit-svc/ratelimit-svc/pkg/limiter/redisstore"
+)
+
+// TestRegistryForgets: the registry forgets a replica 25 h after its
+// lease ended, and the oldest ones past 1024, moving since to the latest
+// lease end forgotten, as the reference store does. Redis TIME cannot be
+// faked, so the past is written into Redis as the heartbeat script would
+// have written it, and replayed into the reference store on its clock.
+func TestRegistryForgets(t *testing.T) {
+	client := redistest.Start(t).Client(t)
+	ctx := context.Background()
+	hour := int64(time.Hour / time.Microsecond)
+	type past struct {
+		id              string
+		joined, expires int64
+	}
+	for _, tc := range []struct {
+		name    string
+		members func(now int64) []past
+		since   func(now int64) int64 // at least
+		listed  int
+	}{
+		{"age", func(now int64) []past {
+			return []past{
+				{"gone", now - 40*hour, now - 26*hour},
+				{"kept", now - 30*hour, now - 24*hour},
+				{"live", now - 2*hour, now + hour},
+			}
+		}, func(now int64) int64 { return now - 26*hour }, 3},
+		{"count", func(now int64) []past {
+			var ps []past
+			for i := range 1030 {
+				ps = append(ps, past{fmt.Sprint("r", i), now - 2*hour, now - hour + int64(i)*1000})
+			}
+			return ps
+		}, func(now int64) int64 { return now - hour + 6*1000 }, 1024},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			st := redisstore.New(client, newService())
+			clock := limitertest.NewClock(time.Now())
+			ref := memstore.New(clock)
+			now := time.Now().UnixMicro()
+			for _, p := range tc.members(now) {
+				clock.Set(time.UnixMicro(p.joined))
+				if _, err := ref.Heartbeat(ctx, p.id, time.Duration(p.expires-p.joined)*time.Microsecond); err != nil {
+					t.Fatal(err)
+				}
+				if err := client.ZAdd(ctx, st.RegistryKey(), redis.Z{Score: float64(p.expires), Member: p.id}).Err(); err != nil {
+					t.Fatal(err)
+				}
+				if err := client.HSet(ctx, st.JoinedKey(), "j:"+p.id, p.joined).Err(); err != nil {
+					t.Fatal(err)
+				}
+			}
+			got, err := st.Heartbeat(ctx, "me", time.Minute)
+			if err != nil {
+				t.Fatal(err)
+			}
+			clock.Set(time.UnixMicro(got.Now))
+			want, err := ref.Heartbeat(ctx, "me", time.Minute)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !sameMembership(got, want) {
+				t.Fatalf("redis %+v\nreference %+v", summary(got), summary(want))
+			}
+			if got.Since < tc.since(now) || len(got.Members) != tc.listed {
+				t.Errorf("since %d, %d members; want since at least %d, %d members", got.Since, len(got.Members), tc.since(now), tc.listed)
+			}
+			// The forgotten are gone from both halves of the registry.
+			n, err := client.HLen(ctx, st.JoinedKey()).Result()
+			if err != nil || n != int64(len(got.Members))+1 { // and since
+				t.Errorf("joined instants: %d fields, %v; want %d", n, err, len(got.Members)+1)
+			}
+			// A forgotten replica that comes back joins anew.
+			back, err := st.Heartbeat(ctx, tc.members(now)[0].id, time.Minute)
+			if err != nil {
+				t.Fatal(err)
+			}
+			found := false
+			for _, m := range back.Members {
+				found = found || m.Joined == back.Now
+			}
+			if !found {
+				t.Errorf("a forgotten replica back: no member joined at %d in %v", back.Now, summary(back))
+			}
+		})
+	}
+}
+
+func summary(m limiter.Membership) string {
+	if len(m.Members) > 8 {
+		return fmt.Sprintf("{Replicas:%d Now:%d Since:%d Members:%d}", m.Replicas, m.Now, m.Since, len(m.Members))
+	}
+	return fmt.Sprintf("%+v", m)
+}
