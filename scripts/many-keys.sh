@@ -17,6 +17,11 @@
 # limit (the target is 0).
 #
 # The replicas are restarted and Redis flushed before each replica count.
+# A replica holds a static share of a key's window only from the first
+# window that begins a lease (3 s) after it joined; until then the keys
+# are shared by credit alone. Each run starts once the replicas hold
+# their shares (up to a minute for workload A); WARM=0 measures from a
+# cold start instead.
 # Everything listens on free loopback ports; nothing is left running.
 #
 #   scripts/many-keys.sh                      # D=10s KEYS=100000 C=64
@@ -96,6 +101,13 @@ start_replicas() { # count: starts that many on a flushed Redis
     wait_port "${ports[$((2 + 2 * i))]}" "${reps[$i]}"
     wait_port "${ports[$((3 + 2 * i))]}" "${reps[$i]}"
   done
+}
+warm_up() { # period in seconds: wait for the first window that begins 4 s from now or later
+  [ "${WARM:-1}" = 0 ] && return 0
+  python3 -c "
+import math, time
+p = $1; now = time.time()
+time.sleep((math.floor((now + 4) / p) + 1) * p - now + 0.2)"
 }
 stop_replicas() {
   for p in "${reps[@]}"; do kill "$p" 2>/dev/null || true; done
@@ -262,6 +274,7 @@ bench "$work/floor.json" -addr "$noop" -descriptor 'user={k}' -keys "$KEYS" -lim
 python3 "$work/mk.py" row floor "$work/floor.json" >>"$work/rows"
 for R in 1 2 4; do
   start_replicas "$R"
+  warm_up 60
   snapshot "before$R" "$R"
   bench "$work/a$R.json" -addr "$(addrs "$R")" -pids "$(pid_list)" -descriptor 'user={k}' -keys "$KEYS" -limit 100 -per minute
   snapshot "after$R" "$R"
@@ -270,6 +283,7 @@ for R in 1 2 4; do
 done
 
 start_replicas 4
+warm_up 1
 bench "$work/b.json" -addr "$(addrs 4)" -descriptor 'zipf={k}' -keys "$ZKEYS" -zipf "$ZIPF" -limit 10 -per second
 stop_replicas
 python3 "$work/mk.py" row B "$work/b.json" >>"$work/rows"

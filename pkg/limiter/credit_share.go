@@ -26,10 +26,11 @@ import (
 // Contention. When requests on one replica wait for budget that other
 // replicas hold as shares, the store publishes the key
 // (Store.Contention); for contendHold, every replica that reads it
-// releases, once an epoch, the rest of its share of the key through the
-// next epoch, pushing its share hits with the release: a key near its
-// limit is shared by credit alone, whose last units go to the requests
-// that wait for them.
+// releases the rest of its share of the key in each epoch it holds one
+// of, pushing its share hits with the release: a key near its limit is
+// shared by credit alone, whose last units go to the requests that wait
+// for them. Only a replica that holds a share of an epoch releases it:
+// the store counts every record as one of the epoch's sharers.
 
 // contendHold is how long a replica gives up its share of a key after
 // reading that another replica needs it.
@@ -107,6 +108,11 @@ func (l *Limiter) spendShare(cs *creditState, n, now int64, dry bool) bool {
 	w := cs.ws[0]
 	p := int64(w.Period)
 	e := snow / p
+	if slack := l.clockErr.Load()/1000 + 1; (snow-slack)/p != e || (snow+slack)/p != e {
+		// Too near a boundary to know which epoch the store would count
+		// the admit in: the share waits for the other side.
+		return false
+	}
 	if e != sh.epoch {
 		sh.epoch, sh.sharers = e, l.sharers(e*p, now)
 		sh.size = 0
@@ -175,8 +181,9 @@ func (sh *shareState) refundShare(w Window, a Algorithm, n, snow int64) int64 {
 
 // takeShare moves the share hits not yet pushed, and a release asked
 // for, into it. The release takes effect here: from now on the share of
-// this epoch and the next is not used.
-func (sh *shareState) takeShare(it *SyncItem, snow int64, w Window) {
+// this epoch is not used. sharer says whether this replica holds a share
+// of the epoch of snow; a replica that does not has nothing to release.
+func (sh *shareState) takeShare(it *SyncItem, snow int64, w Window, sharer bool) {
 	if sh == nil {
 		return
 	}
@@ -184,11 +191,10 @@ func (sh *shareState) takeShare(it *SyncItem, snow int64, w Window) {
 	defer sh.mu.Unlock()
 	it.ShareHits, sh.pending = sh.pending, nil
 	sh.pendingN.Store(0)
-	if sh.release.Swap(false) {
-		p := int64(w.Period)
-		sh.released = snow/p + 1
+	if sh.release.Swap(false) && sharer {
+		sh.released = snow / int64(w.Period)
 		sh.none.Store(0)
-		it.Release = sh.released * p
+		it.Release = snow
 	}
 }
 
@@ -215,6 +221,25 @@ func (sh *shareState) untake(it SyncItem) {
 func (cs *creditState) shareOnly() bool {
 	return cs.share != nil && cs.view.Load() == nil && !cs.kicked.Load() && cs.credit.Load() <= 0 &&
 		cs.hits.Load() == 0 && cs.refunds.Load() == 0 && !cs.share.release.Load()
+}
+
+// ample reports a share with more than an eighth of it left in the
+// epoch of snow (the point at which spendShare asks for credit ahead).
+// w is the rule's window in store units.
+func (sh *shareState) ample(w Window, snow int64) bool {
+	if sh == nil {
+		return false
+	}
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	e := snow / int64(w.Period)
+	if sh.epoch != e || sh.size == 0 || sh.released >= e {
+		return sh.epoch != e && sh.released < e && sh.size > 0 // a new epoch refills it
+	}
+	sw := Window{Limit: sh.size, Period: w.Period}
+	st := sh.state
+	st.Roll(sw, snow)
+	return st.Remaining(sw, FixedWindow, snow) > max(sh.size/8, 1)
 }
 
 // pendingUnits is the share units admitted and not yet pushed.
@@ -271,11 +296,10 @@ func (l *Limiter) contend(c Contended, now int64) {
 }
 
 // releases asks every contended key this replica holds to release its
-// share through the next epoch at its next sync, once an epoch, so the
-// credit granted from the released shares need not lapse at the
-// boundary; it returns the release items of the contended keys it does
-// not hold. Keys are forgotten once their hold has passed and their
-// released epochs are over.
+// share at its next sync, once an epoch of which it holds a share; it
+// returns the release items of the contended keys it does not hold. Keys
+// are forgotten once their hold has passed and their released epochs are
+// over.
 func (l *Limiter) releases(now int64) []SyncItem {
 	l.contMu.Lock()
 	defer l.contMu.Unlock()
@@ -293,6 +317,9 @@ func (l *Limiter) releases(now int64) []SyncItem {
 			}
 			continue
 		}
+		if l.sharers(epoch*p, now) == 0 {
+			continue // no share of this epoch to release
+		}
 		if e := l.keys.get([]byte(key)); e != nil {
 			if cs := e.cs.Load(); cs != nil && cs.share != nil {
 				if cs.share.askRelease(epoch) {
@@ -301,10 +328,10 @@ func (l *Limiter) releases(now int64) []SyncItem {
 				continue
 			}
 		}
-		if x.released <= epoch {
-			x.released = epoch + 1
+		if x.released < epoch {
+			x.released = epoch
 			items = append(items, SyncItem{Key: key, Algorithm: x.rule.Algorithm, Windows: x.rule.Windows,
-				Release: (epoch + 1) * p, Replicas: int(l.replicas.Load()), Lease: lease})
+				Release: snow, Replicas: int(l.replicas.Load()), Lease: lease})
 		}
 	}
 	return items
@@ -321,13 +348,12 @@ func (l *Limiter) unrelease(items []SyncItem) {
 	}
 }
 
-// askRelease asks for the release of the share through the epoch after
-// epoch unless it is released or asked for already, and reports whether
-// it asked.
+// askRelease asks for the release of the share through epoch unless it
+// is released or asked for already, and reports whether it asked.
 func (sh *shareState) askRelease(epoch int64) bool {
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
-	if sh.released > epoch || sh.release.Load() {
+	if sh.released >= epoch || sh.release.Load() {
 		return false
 	}
 	sh.release.Store(true)

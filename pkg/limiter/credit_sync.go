@@ -22,7 +22,7 @@ const boundaryLead = tick + 2*time.Millisecond
 // it syncs now rather than make its next request wait. cs.mu must be held.
 func (cs *creditState) starvedInNewWindow(snow int64) bool {
 	v := cs.view.Load()
-	if v == nil || cs.rule.Algorithm == TokenBucket {
+	if v == nil || cs.rule.Algorithm == TokenBucket || cs.share.ample(cs.ws[0], snow) {
 		return false
 	}
 	i := 0
@@ -58,6 +58,9 @@ func (l *Limiter) prepare(cs *creditState, now int64) SyncItem {
 	cs.kicked.Store(false)
 	h := cs.hits.Swap(0)
 	want := cs.want(now, l.storeNow(now), h+cs.share.pendingUnits())
+	if len(cs.waiters) == 0 && cs.share.ample(cs.ws[0], l.storeNow(now)) {
+		want = 0 // the share has room: no credit beside it
+	}
 	cs.handBack(want)
 	cs.unused = max(cs.credit.Load(), 0)
 	it := SyncItem{
@@ -72,8 +75,8 @@ func (l *Limiter) prepare(cs *creditState, now int64) SyncItem {
 	snow := l.storeNow(now)
 	it.Hits = cs.pushHits(h, snow)
 	if cs.share != nil {
-		cs.share.takeShare(&it, snow, cs.ws[0])
 		p := int64(cs.ws[0].Period)
+		cs.share.takeShare(&it, snow, cs.ws[0], l.sharers(snow/p*p, now) > 0)
 		it.ShareEpoch = snow / p
 		it.Sharers, it.SharersNext = l.sharerCount(it.ShareEpoch*p), l.sharerCount((it.ShareEpoch+1)*p)
 	}
@@ -171,7 +174,7 @@ func (l *Limiter) apply(cs *creditState, r *SyncResult) {
 	backed := cs.sentAt + int64(lease) - int64(cs.rule.Tuning.syncInterval())
 	if r.Expires > 0 {
 		// Credit from shares released in this epoch lapses at its end.
-		backed = min(backed, l.localOf(r.Expires)-int64(boundaryLead))
+		backed = min(backed, l.localOf(r.Expires)-max(int64(boundaryLead), 2*l.clockErr.Load()))
 	}
 	cs.backedTo.Store(backed)
 	cs.view.Store(newView(r.Windows, r.Others))

@@ -32,7 +32,30 @@
 // waits or is denied), so at 0.9× of a limit almost no request waits.
 // When the store has been unreachable for the rule's CacheTTL, each
 // replica enforces ⌈L/N⌉ (or admits all, FailOpen) and pushes its admits
-// on recovery.
+// on recovery. A key's first request waits for its first round unless a
+// static share admits it: no credit is handed out that the store does not
+// know of.
+//
+// Static shares. A rule of one fixed window gives each of the n replicas
+// that may hold a share of the window's current epoch a static share
+// ⌊L/n⌋ (times local_allowance), which it admits before any credit, under
+// the key's own lock, with no round trip: a key far below its limit never
+// waits for the store, not even for its first request. The store counts
+// every share it has not been told about as reserved (KeyRecord.Sync), so
+// credit beyond the shares stays exact. Share hits are pushed only when
+// the key syncs for another reason and at shutdown. A crash loses them
+// from the store's counts, not from its budget: the crashed replica's
+// share stays reserved until its window ends, so the limit holds across
+// a rolling restart. n counts the replicas that joined the registry a
+// lease before the epoch began and were live when it began
+// (Membership.Sharers): every replica counts the same n, a newcomer holds
+// no share of an epoch that began less than a lease after it joined, and
+// a replica that left stays counted for the epochs it was live in, so no
+// share grows within an epoch. When requests on one replica wait for
+// budget other replicas hold as shares, the store publishes the key; the
+// others release their share of it, epoch by epoch, while it stays
+// contended, and the key is shared by credit alone. Sliding windows,
+// token buckets and rules of several windows are shared by credit alone.
 //
 // Retry-After. A denial carries the time until every window admits the
 // request's units again; a retry at that instant is admitted unless other

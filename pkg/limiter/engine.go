@@ -128,8 +128,8 @@ func WithStore(store Store, replica string) Option {
 	return func(l *Limiter) { l.store, l.replica = store, replica }
 }
 
-// creditFor returns key's credit state, creating it (with its cold share)
-// on first use. It takes no lock on the hot path once the key exists.
+// creditFor returns key's credit state, creating it on first use. It
+// takes no lock on the hot path once the key exists.
 func (l *Limiter) creditFor(key []byte, rule *Rule, now int64) *creditState {
 	e := l.keys.get(key)
 	if e == nil || e.cs.Load() == nil {
@@ -137,7 +137,7 @@ func (l *Limiter) creditFor(key []byte, rule *Rule, now int64) *creditState {
 		if e.cs.Load() == nil {
 			cs := l.newCredit(e.key, rule, now)
 			e.cs.Store(cs)
-			if cs.kicked.Load() {
+			if cs.share == nil {
 				l.enqueue(cs)
 			}
 		}
@@ -147,30 +147,15 @@ func (l *Limiter) creditFor(key []byte, rule *Rule, now int64) *creditState {
 	return e.cs.Load()
 }
 
-// newCredit starts a key with a small unreserved share: at most one sync
-// interval's worth of its rate and at most share·capacity/N, so N cold
-// replicas together stay within the limit; its first request syncs at once.
+// newCredit starts a key with no credit: credit the store does not know
+// of would let the replicas together admit more than the limit while the
+// store grants the same budget to others. A key with a static share
+// spends it first; any other syncs at once, and its first request waits
+// for that round.
 func (l *Limiter) newCredit(key string, rule *Rule, now int64) *creditState {
 	cs := &creditState{key: key, rule: rule, ws: storeWindows(rule.Windows), capacity: minCapacity(rule), nextSync: now,
 		share: l.newShare(key, rule)}
-	if cs.share != nil {
-		// No unreserved cold credit beside static shares: the store
-		// counts them as holding the budget, and grants it to others
-		// meanwhile. The first request spends this replica's share, or
-		// waits for a round.
-		cs.kicked.Store(false)
-		return cs
-	}
-	n := uint64(max(l.replicas.Load(), 1))
-	cold := uint64(math.MaxUint64)
-	for _, w := range rule.Windows {
-		perInterval := float64(w.Limit) * float64(rule.Tuning.syncInterval()) / float64(w.Period)
-		byShare := uint64(rule.Tuning.share()*float64(w.Capacity(rule.Algorithm))) / n
-		cold = min(cold, uint64(perInterval), byShare)
-	}
-	cs.credit.Store(int64(cold))
-	cs.backedTo.Store(now + int64(rule.Tuning.syncInterval()))
-	cs.kicked.Store(true)
+	cs.kicked.Store(cs.share == nil)
 	return cs
 }
 

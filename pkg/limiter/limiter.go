@@ -83,6 +83,7 @@ type Limiter struct {
 	replica    string
 	replicas   atomic.Int64 // N: live replicas last seen
 	offset     atomic.Int64 // store clock − local clock, µs
+	clockErr   atomic.Int64 // how far offset may be off, ns
 	clockKnown atomic.Bool
 	lastOK     atomic.Int64 // local ns of the last successful store call
 	lastFail   atomic.Int64 // local ns of the last failed store call

@@ -98,6 +98,11 @@ func (l *Limiter) learnClock(sent, storeNow int64) {
 	now := l.now()
 	sample := storeNow - (sent+now)/2/1000
 	l.lastOK.Store(now)
+	// The store read its clock somewhere in the round trip: the estimate
+	// may be off by half of it. clockErr follows the largest half round
+	// trip seen, decaying by a sixteenth a sample.
+	half := (now - sent) / 2
+	l.clockErr.Store(max(half, l.clockErr.Load()*15/16))
 	if !l.clockKnown.Swap(true) {
 		l.offset.Store(sample)
 		return
@@ -293,7 +298,7 @@ func (l *Limiter) shutdown() {
 		it := SyncItem{Key: cs.key, Algorithm: cs.rule.Algorithm, Windows: cs.rule.Windows,
 			Replicas: int(l.replicas.Load()), Lease: lease}
 		it.Hits = cs.pushHits(cs.hits.Swap(0), l.storeNow(now))
-		cs.share.takeShare(&it, l.storeNow(now), cs.ws[0])
+		cs.share.takeShare(&it, l.storeNow(now), cs.ws[0], false)
 		items = append(items, it)
 		keys = append(keys, cs.key)
 	})
