@@ -92,7 +92,7 @@ func (l *Limiter) creditDecide(res *Result, cs *creditState, r *Request, hits ui
 		return
 	case r.Op == Check:
 		n = 1
-		if cs.credit.Load() >= 1 && now < cs.backedTo.Load() || l.spendShare(cs, 1, now, true) {
+		if cs.credit.Load() >= 1 && now < cs.backedTo.Load() || l.shareFits(cs, 1, now) {
 			l.viewResult(res, cs, now, true, 0)
 			return
 		}
@@ -101,7 +101,7 @@ func (l *Limiter) creditDecide(res *Result, cs *creditState, r *Request, hits ui
 		return
 	case dry:
 		ok, wait := l.viewAdmits(cs, now, n)
-		l.viewResult(res, cs, now, ok || (cs.credit.Load() >= n && now < cs.backedTo.Load()) || l.spendShare(cs, n, now, true), wait)
+		l.viewResult(res, cs, now, ok || (cs.credit.Load() >= n && now < cs.backedTo.Load()) || l.shareFits(cs, n, now), wait)
 		return
 	}
 	if uint64(n) > cs.capacity {
@@ -112,8 +112,14 @@ func (l *Limiter) creditDecide(res *Result, cs *creditState, r *Request, hits ui
 		*res = l.degradedDecide(cs, r.Rule, n, now)
 		return
 	}
-	if l.spendShare(cs, n, now, false) {
+	if ok, at := l.spendShare(cs, n, now, false); ok {
 		l.viewResult(res, cs, now, true, 0)
+		return
+	} else if at > 0 && at-now <= int64(r.Rule.Tuning.storeTimeout()) {
+		// Within the clock's uncertainty of a boundary, which the store
+		// cannot help with: wait until the epoch is known.
+		time.Sleep(time.Duration(at - now))
+		l.creditDecide(res, cs, r, hits, l.now(), dry)
 		return
 	}
 	if now < cs.deniedTo.Load() {

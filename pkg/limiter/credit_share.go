@@ -25,16 +25,12 @@ import (
 //
 // Contention. When requests on one replica wait for budget that other
 // replicas hold as shares, the store publishes the key
-// (Store.Contention); for contendHold, every replica that reads it
-// releases the rest of its share of the key in each epoch it holds one
-// of, pushing its share hits with the release: a key near its limit is
-// shared by credit alone, whose last units go to the requests that wait
-// for them. Only a replica that holds a share of an epoch releases it:
+// (Store.Contention); every replica that reads it releases the rest of
+// its share of the key in that epoch, pushing its share hits with the
+// release: a key at its limit is shared by credit alone, whose last
+// units go to the requests that wait for them. A key still at its limit
+// in the next epoch is published again. Only a replica that holds a share of an epoch releases it:
 // the store counts every record as one of the epoch's sharers.
-
-// contendHold is how long a replica gives up its share of a key after
-// reading that another replica needs it.
-const contendHold = 10 * time.Second
 
 // maxContended bounds the contended keys a replica remembers.
 const maxContended = 4096
@@ -96,11 +92,13 @@ func (l *Limiter) sharers(start, now int64) int {
 }
 
 // spendShare admits n units from key cs's static share; a dry run only
-// reports whether they fit.
-func (l *Limiter) spendShare(cs *creditState, n, now int64, dry bool) bool {
+// reports whether they fit. Too near an epoch's boundary to know which
+// epoch the store would count the units in, it admits nothing and says
+// when it will know (local ns; zero otherwise).
+func (l *Limiter) spendShare(cs *creditState, n, now int64, dry bool) (bool, int64) {
 	sh := cs.share
 	if sh == nil || now < sh.none.Load() {
-		return false
+		return false, 0
 	}
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
@@ -109,9 +107,7 @@ func (l *Limiter) spendShare(cs *creditState, n, now int64, dry bool) bool {
 	p := int64(w.Period)
 	e := snow / p
 	if slack := l.clockErr.Load()/1000 + 1; (snow-slack)/p != e || (snow+slack)/p != e {
-		// Too near a boundary to know which epoch the store would count
-		// the admit in: the share waits for the other side.
-		return false
+		return false, now + ((snow+slack)/p*p+slack-snow)*1000
 	}
 	if e != sh.epoch {
 		sh.epoch, sh.sharers = e, l.sharers(e*p, now)
@@ -126,7 +122,7 @@ func (l *Limiter) spendShare(cs *creditState, n, now int64, dry bool) bool {
 	}
 	if size == 0 {
 		sh.none.Store(l.localOf((e + 1) * p))
-		return false
+		return false, 0
 	}
 	sw := Window{Limit: size, Period: w.Period}
 	sh.state.Roll(sw, snow)
@@ -134,10 +130,10 @@ func (l *Limiter) spendShare(cs *creditState, n, now int64, dry bool) bool {
 		if cs.rule.Algorithm == FixedWindow && sh.state.Remaining(sw, FixedWindow, snow) == 0 {
 			sh.none.Store(l.localOf((e + 1) * p))
 		}
-		return false
+		return false, 0
 	}
 	if dry {
-		return true
+		return true, 0
 	}
 	sh.state.Charge(sw, cs.rule.Algorithm, snow, uint64(n))
 	if k := len(sh.pending) - 1; k >= 0 && sh.pending[k].At/p == e {
@@ -152,7 +148,27 @@ func (l *Limiter) spendShare(cs *creditState, n, now int64, dry bool) bool {
 		// request that needs it, as at half credit.
 		l.enqueue(cs)
 	}
-	return true
+	return true, 0
+}
+
+// spentElsewhere counts n units admitted in degraded mode at snow
+// against the share of their epoch: a replica that recovers within the
+// epoch holds only what is left of it. ws are the rule's windows in
+// store units.
+func (sh *shareState) spentElsewhere(ws []Window, n, snow int64) {
+	if sh == nil {
+		return
+	}
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	sh.state.Roll(ws[0], snow)
+	sh.state.Charge(ws[0], FixedWindow, snow, uint64(n))
+}
+
+// shareFits reports whether n units fit in key cs's static share now.
+func (l *Limiter) shareFits(cs *creditState, n, now int64) bool {
+	ok, _ := l.spendShare(cs, n, now, true)
+	return ok
 }
 
 // refundShare takes back up to n units of share hits not yet pushed and
@@ -250,55 +266,68 @@ func (sh *shareState) pendingUnits() int64 {
 	return sh.pendingN.Load()
 }
 
+// dropShares forgets every key's share of the current epochs after this
+// replica joined the registry again (its lease had ended): it holds no
+// share until it is counted again.
+func (l *Limiter) dropShares() {
+	l.keys.eachCredit(func(_ *entry, cs *creditState) {
+		if sh := cs.share; sh != nil {
+			sh.mu.Lock()
+			sh.epoch = -1 // size and sharers are reckoned again
+			sh.mu.Unlock()
+			sh.none.Store(0)
+		}
+	})
+}
+
 // localOf converts a store instant (µs) to local ns.
 func (l *Limiter) localOf(storeUs int64) int64 { return (storeUs - l.offset.Load()) * 1000 }
 
-// contention is a key another replica needs the shares of.
+// contention is a key another replica needs the shares of in an epoch.
 type contention struct {
 	rule     *Rule // as published: algorithm and windows
-	until    int64 // local ns
+	epoch    int64 // the epoch it was read in (store clock)
 	released int64 // the epoch released for a key this replica does not hold
 }
 
-// readContention reads the keys published since the last read and gives
-// up this replica's share of each for contendHold.
+// readContention reads the keys published since the last read; this
+// replica releases its share of each in the epoch it read it in.
 func (l *Limiter) readContention(ctx context.Context) {
 	ctx, cancel := context.WithTimeout(ctx, roundTimeout)
 	defer cancel()
 	cs, next, err := l.store.Contention(ctx, l.replica, l.contCursor)
 	if err != nil {
-		l.log.Debug("reading contention failed", "err", err)
+		l.storeFailed(err)
 		return
 	}
+	l.lastOK.Store(l.now()) // a store that answers ends degraded mode
 	l.contCursor = next
-	now := l.now()
+	snow := l.storeNow(l.now())
 	for _, c := range cs {
-		if len(c.Windows) == 1 && c.Algorithm == FixedWindow {
-			l.contend(c, now)
+		if len(c.Windows) == 1 && c.Algorithm == FixedWindow && c.Windows[0].Period >= time.Microsecond {
+			l.contend(c, snow/int64(c.Windows[0].Period/time.Microsecond))
 		}
 	}
 }
 
-func (l *Limiter) contend(c Contended, now int64) {
-	until := now + int64(contendHold)
+func (l *Limiter) contend(c Contended, epoch int64) {
 	l.contMu.Lock()
+	defer l.contMu.Unlock()
 	x := l.contended[c.Key]
 	if x == nil {
 		if len(l.contended) >= maxContended {
-			l.contMu.Unlock()
 			return
 		}
 		x = &contention{rule: &Rule{Algorithm: c.Algorithm, Windows: c.Windows}}
 		l.contended[c.Key] = x
 	}
-	x.until = until
-	l.contMu.Unlock()
+	x.epoch = max(x.epoch, epoch)
 }
 
 // releases asks every contended key this replica holds to release its
-// share at its next sync, once an epoch of which it holds a share; it
-// returns the release items of the contended keys it does not hold. Keys
-// are forgotten once their hold has passed and their released epochs are
+// share of the epoch it was published in at its next sync, if this
+// replica holds a share of it; it returns the release items of the
+// contended keys it does not hold. Keys are forgotten once that epoch is
 // over.
 func (l *Limiter) releases(now int64) []SyncItem {
 	l.contMu.Lock()
@@ -311,14 +340,14 @@ func (l *Limiter) releases(now int64) []SyncItem {
 	for key, x := range l.contended {
 		p := int64(x.rule.Windows[0].Period / time.Microsecond)
 		epoch := snow / p
-		if x.until <= now {
-			if x.released < epoch {
+		if epoch != x.epoch {
+			if epoch > x.epoch {
 				delete(l.contended, key)
 			}
 			continue
 		}
-		if l.sharers(epoch*p, now) == 0 {
-			continue // no share of this epoch to release
+		if x.released == epoch || l.sharers(epoch*p, now) == 0 {
+			continue // released, or no share of this epoch to release
 		}
 		if e := l.keys.get([]byte(key)); e != nil {
 			if cs := e.cs.Load(); cs != nil && cs.share != nil {
@@ -328,11 +357,9 @@ func (l *Limiter) releases(now int64) []SyncItem {
 				continue
 			}
 		}
-		if x.released < epoch {
-			x.released = epoch
-			items = append(items, SyncItem{Key: key, Algorithm: x.rule.Algorithm, Windows: x.rule.Windows,
-				Release: snow, Replicas: int(l.replicas.Load()), Lease: lease})
-		}
+		x.released = epoch
+		items = append(items, SyncItem{Key: key, Algorithm: x.rule.Algorithm, Windows: x.rule.Windows,
+			Release: snow, Replicas: int(l.replicas.Load()), Lease: lease})
 	}
 	return items
 }
@@ -369,7 +396,7 @@ func (l *Limiter) newShare(key string, rule *Rule) *shareState {
 	sh := &shareState{}
 	l.contMu.Lock()
 	if x := l.contended[key]; x != nil {
-		sh.released = x.released // keeping nothing
+		sh.released = x.released // a bare release of this epoch went out
 	}
 	l.contMu.Unlock()
 	return sh

@@ -32,9 +32,7 @@
 // waits or is denied), so at 0.9× of a limit almost no request waits.
 // When the store has been unreachable for the rule's CacheTTL, each
 // replica enforces ⌈L/N⌉ (or admits all, FailOpen) and pushes its admits
-// on recovery. A key's first request waits for its first round unless a
-// static share admits it: no credit is handed out that the store does not
-// know of.
+// on recovery.
 //
 // Static shares. A rule of one fixed window gives each of the n replicas
 // that may hold a share of the window's current epoch a static share

@@ -147,15 +147,29 @@ func (l *Limiter) creditFor(key []byte, rule *Rule, now int64) *creditState {
 	return e.cs.Load()
 }
 
-// newCredit starts a key with no credit: credit the store does not know
-// of would let the replicas together admit more than the limit while the
-// store grants the same budget to others. A key with a static share
-// spends it first; any other syncs at once, and its first request waits
-// for that round.
+// newCredit starts a key. A key with a static share starts with no
+// credit: credit the store does not know of would let the replicas
+// together admit more than the limit while the store counts their shares
+// as held; its first request spends the share. Any other key starts with
+// a small unreserved share, at most one sync interval's worth of its rate
+// and at most share·capacity/N, and syncs at once. (That share is not
+// known to the store until pushed: N cold replicas may admit it beside
+// the credit the store grants meanwhile.)
 func (l *Limiter) newCredit(key string, rule *Rule, now int64) *creditState {
 	cs := &creditState{key: key, rule: rule, ws: storeWindows(rule.Windows), capacity: minCapacity(rule), nextSync: now,
 		share: l.newShare(key, rule)}
 	cs.kicked.Store(cs.share == nil)
+	if cs.share == nil {
+		n := uint64(max(l.replicas.Load(), 1))
+		cold := uint64(math.MaxUint64)
+		for _, w := range rule.Windows {
+			perInterval := float64(w.Limit) * float64(rule.Tuning.syncInterval()) / float64(w.Period)
+			byShare := uint64(rule.Tuning.share()*float64(w.Capacity(rule.Algorithm))) / n
+			cold = min(cold, uint64(perInterval), byShare)
+		}
+		cs.credit.Store(int64(cold))
+		cs.backedTo.Store(now + int64(rule.Tuning.syncInterval()))
+	}
 	return cs
 }
 
@@ -166,6 +180,7 @@ func (l *Limiter) degradedDecide(cs *creditState, rule *Rule, n int64, now int64
 	l.count(ModeDegraded)
 	if rule.Tuning.OnStoreUnavailable == FailOpen {
 		cs.hits.Add(n)
+		cs.share.spentElsewhere(cs.ws, n, l.storeNow(now))
 		return Result{Allowed: true, Limit: rule.Windows[0].Limit, Period: rule.Windows[0].Period, Mode: ModeDegraded}
 	}
 	cs.mu.Lock()
@@ -199,6 +214,7 @@ func (l *Limiter) degradedDecide(cs *creditState, rule *Rule, n int64, now int64
 		return res
 	}
 	cs.hits.Add(n)
+	cs.share.spentElsewhere(cs.ws, n, l.storeNow(now))
 	return res
 }
 

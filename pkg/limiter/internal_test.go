@@ -117,7 +117,9 @@ func TestViewSummaryMatchesDescription(t *testing.T) {
 // the key's new state instead of waiting on one no round will sync.
 func TestSweptCreditStateHandsOver(t *testing.T) {
 	l := New(WithStore(nopStore{}, "r"))
-	rule := &Rule{Windows: []Window{{Limit: 10, Period: time.Second}}}
+	// A sliding window: a key with a static share starts with no cold
+	// credit to hand over.
+	rule := &Rule{Algorithm: SlidingWindow, Windows: []Window{{Limit: 10, Period: time.Second}}}
 	key := []byte("k")
 	now := l.now()
 	old := l.creditFor(key, rule, now)

@@ -328,6 +328,13 @@ func (s *switchStore) Heartbeat(ctx context.Context, r string, lease time.Durati
 	return s.Store.Heartbeat(ctx, r, lease)
 }
 
+func (s *switchStore) Contention(ctx context.Context, r, cursor string) ([]limiter.Contended, string, error) {
+	if err := s.err(); err != nil {
+		return nil, cursor, err
+	}
+	return s.Store.Contention(ctx, r, cursor)
+}
+
 // outage takes the store down after from, for length, in a sim's bubble.
 func (s *switchStore) outage(from, length time.Duration) func(*simRun) {
 	return func(*simRun) {

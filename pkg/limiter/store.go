@@ -49,6 +49,9 @@ type Membership struct {
 	// hold a share of any window that began after Since (Sharers).
 	Members []Member
 	Since   int64
+	// Joined is when the caller joined: first, or again after its lease
+	// had ended.
+	Joined int64
 }
 
 // Member is one replica in the registry: when it first joined and when

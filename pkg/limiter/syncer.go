@@ -89,7 +89,12 @@ func (l *Limiter) heartbeat(ctx context.Context) {
 	l.learnClock(sent, m.Now)
 	l.replicas.Store(int64(max(m.Replicas, 1)))
 	l.members.Store(&memberView{m: m, at: l.now()})
-	l.joined.CompareAndSwap(0, m.Now)
+	if m.Joined == 0 {
+		m.Joined = m.Now // a store that does not say
+	}
+	if l.joined.Swap(m.Joined) != m.Joined {
+		l.dropShares() // joined again: the others no longer count this replica's shares
+	}
 }
 
 // learnClock smooths the offset between the store clock and ours from one

@@ -155,13 +155,13 @@ func (s *Store) Heartbeat(ctx context.Context, replica string, lease time.Durati
 	defer s.mu.Unlock()
 	now := s.now()
 	m, ok := s.replicas[replica]
-	if !ok {
-		m.Joined = now
+	if !ok || m.Expires <= now {
+		m.Joined = now // new, or back after its lease ended
 	}
 	m.Expires = now + int64(lease/time.Microsecond)
 	s.replicas[replica] = m
 	s.forget(now)
-	out := limiter.Membership{Now: now, Since: s.since, Members: make([]limiter.Member, 0, len(s.replicas))}
+	out := limiter.Membership{Now: now, Since: s.since, Joined: m.Joined, Members: make([]limiter.Member, 0, len(s.replicas))}
 	for _, m := range s.replicas {
 		if m.Expires > now {
 			out.Replicas++

@@ -777,13 +777,16 @@ func TestRealtimeRedisRestart(t *testing.T) {
 	if viaStore == 0 {
 		t.Error("no decision waited on a sync round after recovery")
 	}
-	// Payback: every admission made after the old Redis died reached the
-	// new one (the replicas' final push included).
+	// Payback: every admission made in degraded mode reached the new Redis
+	// (the replicas' final push included), charged to the window of its
+	// push. Admits from static shares before degraded mode began are
+	// charged to their own windows, long past by then, which the store
+	// had held for them as unreported shares: nothing is owed for them.
 	pushed, windows := watch.total()
 	t.Logf("new Redis counted %d units over windows %v; %d admitted after the stop, %d of them in degraded mode",
 		pushed, rtRelative(windows, from), afterStop, degradedAdmits)
-	if pushed < uint64(afterStop) {
-		t.Errorf("the new Redis counted %d units, fewer than the %d admitted after the old one stopped", pushed, afterStop)
+	if pushed < uint64(degradedAdmits) {
+		t.Errorf("the new Redis counted %d units, fewer than the %d admitted in degraded mode", pushed, degradedAdmits)
 	}
 }
 

@@ -8,8 +8,8 @@
 --            since   the latest lease end the registry forgot, µs
 --                    (absent: 0)
 -- ARGV     replica, lease(µs)
--- Reply    now, live replicas (at least 1), since, then per member:
---          joined, expires
+-- Reply    now, live replicas (at least 1), since, when replica joined,
+--          then per member: joined, expires
 --
 -- The registry remembers a replica RETAIN after its lease ends, at most
 -- MAXMEMBERS of them: it lists every replica whose lease ended after
@@ -23,13 +23,17 @@ local reg, meta = KEYS[1], KEYS[2]
 local replica = ARGV[1]
 local now = clock()
 
--- A replica joins when the registry does not list it.
+-- A replica joins when the registry does not list it as live: new, or
+-- back after its lease ended (an outage, a pause), when the others may
+-- have stopped counting it.
 local joined = 'j:' .. replica
-if redis.call('ZSCORE', reg, replica) then
+local score = redis.call('ZSCORE', reg, replica)
+if score and tonumber(score) > now then
   redis.call('HSETNX', meta, joined, fmt(now))
 else
   redis.call('HSET', meta, joined, fmt(now))
 end
+local mine = tonumber(redis.call('HGET', meta, joined))
 redis.call('ZADD', reg, fmt(now + tonumber(ARGV[2])), replica)
 redis.call('PERSIST', reg) -- earlier versions gave the registry an expiry
 
@@ -52,7 +56,7 @@ if drop > 0 then
 end
 
 local live = redis.call('ZCOUNT', reg, '(' .. fmt(now), '+inf')
-local out = {now, math.max(live, 1), since}
+local out = {now, math.max(live, 1), since, mine}
 local members = redis.call('ZRANGE', reg, 0, -1, 'WITHSCORES')
 if #members > 0 then
   local fields = {}
