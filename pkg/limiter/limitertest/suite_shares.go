@@ -252,10 +252,14 @@ func testMembers(t *testing.T, st limiter.Store) {
 	if left.Expires < a2.Now || left.Expires > a3.Now {
 		t.Fatalf("b's lease ends at %d, want its leave, in [%d, %d]", left.Expires, a2.Now, a3.Now)
 	}
+	// Back after its lease ended, b joins again: the others may have
+	// stopped counting it.
 	b2 := heartbeat(t, st, "b", time.Minute)
 	expect(t, "replicas after b returned", b2.Replicas, 2)
+	expect(t, "b's own joined instant after it returned", b2.Joined, b2.Now)
+	expect(t, "a's own joined instant", a3.Joined, a1.Now)
 	members("b returned", b2, limiter.Member{Joined: a1.Now, Expires: a3.Now + minute},
-		limiter.Member{Joined: b1.Now, Expires: b2.Now + minute})
+		limiter.Member{Joined: b2.Now, Expires: b2.Now + minute})
 }
 
 // testContention: a contended sync publishes its key to the other
