@@ -1,0 +1,114 @@
+package limiter
+
+import (
+	"context"
+	"time"
+)
+
+// The contention feed, the replica's side: reading the keys other
+// replicas need the shares of, and releasing this replica's share of
+// them (see the package doc and credit_share.go).
+
+// contention is a key another replica needs the shares of in an epoch.
+type contention struct {
+	rule     *Rule // as published: algorithm and windows
+	epoch    int64 // the epoch it was read in (store clock)
+	released int64 // the epoch released for a key this replica does not hold
+}
+
+// readContention reads the keys published since the last read; this
+// replica releases its share of each in the epoch it read it in.
+func (l *Limiter) readContention(ctx context.Context) {
+	ctx, cancel := context.WithTimeout(ctx, roundTimeout)
+	defer cancel()
+	cs, next, err := l.store.Contention(ctx, l.replica, l.contCursor)
+	if err != nil {
+		l.storeFailed(err)
+		return
+	}
+	l.lastOK.Store(l.now()) // a store that answers ends degraded mode
+	l.contCursor = next
+	snow := l.storeNow(l.now())
+	for _, c := range cs {
+		if len(c.Windows) == 1 && c.Algorithm == FixedWindow && c.Windows[0].Period >= time.Microsecond {
+			l.contend(c, snow/int64(c.Windows[0].Period/time.Microsecond))
+		}
+	}
+}
+
+func (l *Limiter) contend(c Contended, epoch int64) {
+	l.contMu.Lock()
+	defer l.contMu.Unlock()
+	x := l.contended[c.Key]
+	if x == nil {
+		if len(l.contended) >= maxContended {
+			return
+		}
+		x = &contention{rule: &Rule{Algorithm: c.Algorithm, Windows: c.Windows}}
+		l.contended[c.Key] = x
+	}
+	x.epoch = max(x.epoch, epoch)
+}
+
+// releases asks every contended key this replica holds to release its
+// share of the epoch it was published in at its next sync, if this
+// replica holds a share of it; it returns the release items of the
+// contended keys it does not hold. Keys are forgotten once that epoch is
+// over.
+func (l *Limiter) releases(now int64) []SyncItem {
+	l.contMu.Lock()
+	defer l.contMu.Unlock()
+	if len(l.contended) == 0 {
+		return nil
+	}
+	snow := l.storeNow(now)
+	var items []SyncItem
+	for key, x := range l.contended {
+		p := int64(x.rule.Windows[0].Period / time.Microsecond)
+		epoch := snow / p
+		if epoch != x.epoch {
+			if epoch > x.epoch {
+				delete(l.contended, key)
+			}
+			continue
+		}
+		if x.released == epoch || l.sharers(epoch*p, now) == 0 {
+			continue // released, or no share of this epoch to release
+		}
+		if e := l.keys.get([]byte(key)); e != nil {
+			if cs := e.cs.Load(); cs != nil && cs.share != nil {
+				if cs.share.askRelease(epoch) {
+					l.enqueue(cs)
+				}
+				continue
+			}
+		}
+		x.released = epoch
+		items = append(items, SyncItem{Key: key, Algorithm: x.rule.Algorithm, Windows: x.rule.Windows,
+			Release: snow, Replicas: int(l.replicas.Load()), Lease: lease})
+	}
+	return items
+}
+
+// unrelease forgets the releases of a failed round, to send them again.
+func (l *Limiter) unrelease(items []SyncItem) {
+	l.contMu.Lock()
+	defer l.contMu.Unlock()
+	for _, it := range items {
+		if x := l.contended[it.Key]; x != nil {
+			x.released = 0
+		}
+	}
+}
+
+// askRelease asks for the release of the share through epoch unless it
+// is released or asked for already, and reports whether it asked.
+func (sh *shareState) askRelease(epoch int64) bool {
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	if sh.released >= epoch || sh.release.Load() {
+		return false
+	}
+	sh.release.Store(true)
+	return true
+}
