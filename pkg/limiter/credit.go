@@ -43,6 +43,12 @@ type creditState struct {
 	denied atomic.Int64
 	// share is the key's static share; nil for rules without one.
 	share *shareState
+	// ent is the key's table entry. active says the sync loop's scans
+	// visit the key; listed (guarded by the Limiter's activeMu) that it
+	// is in their list.
+	ent    *entry
+	active atomic.Bool
+	listed bool
 
 	mu        sync.Mutex
 	key       string
@@ -171,6 +177,7 @@ func (l *Limiter) refund(cs *creditState, n, now int64) {
 	}
 	if n > 0 {
 		cs.refund(n)
+		l.activate(cs) // a refund beyond the unpushed hits is pushed
 	}
 }
 

@@ -101,6 +101,9 @@ func (l *Limiter) spendShare(cs *creditState, n, now int64, dry bool) (bool, int
 	}
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
+	if cs.orphan.Load() {
+		return false, 0 // swept: the key's new state holds its share
+	}
 	snow := l.storeNow(now)
 	w := cs.ws[0]
 	p := int64(w.Period)
@@ -263,6 +266,28 @@ func (sh *shareState) pendingUnits() int64 {
 		return 0
 	}
 	return sh.pendingN.Load()
+}
+
+// orphanShare closes the share of a key the sweep removes: taking its
+// lock, it waits for an admission in progress, and spendShare, under it,
+// sees the key swept before it admits.
+func (cs *creditState) orphanShare() {
+	if sh := cs.share; sh != nil {
+		sh.mu.Lock()
+		cs.orphan.Store(true)
+		sh.mu.Unlock()
+	}
+}
+
+// stillUsed reports, for the sweep, a share key used within two of its
+// periods, and when it may go if not used again; a key whose share
+// epoch may still count its admits stays.
+func (cs *creditState) stillUsed(now int64) (bool, int64) {
+	if cs.share == nil || cs.active.Load() {
+		return false, 0
+	}
+	until := cs.lastUse.Load() + 2*int64(maxPeriod(cs.rule))
+	return until > now, until
 }
 
 // dropShares forgets every key's share of the current epochs after this

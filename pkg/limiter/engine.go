@@ -136,12 +136,18 @@ func (l *Limiter) creditFor(key []byte, rule *Rule, now int64) *creditState {
 		e = l.keys.lock(key, rule)
 		if e.cs.Load() == nil {
 			cs := l.newCredit(e.key, rule, now)
+			cs.ent = e
 			e.cs.Store(cs)
 			if cs.share == nil {
 				l.enqueue(cs)
 			}
 		}
 		e.fresh.Store(math.MaxInt64)
+		if cs := e.cs.Load(); cs.share != nil && !cs.active.Load() {
+			// Evictable once its share's epoch is over, unless used since
+			// (table.sweep asks stillUsed).
+			e.fresh.Store(now + 2*int64(maxPeriod(rule)))
+		}
 		e.mu.Unlock()
 	}
 	return e.cs.Load()
@@ -178,6 +184,7 @@ func (l *Limiter) newCredit(key string, rule *Rule, now int64) *creditState {
 // admits are pushed on recovery and paid back.
 func (l *Limiter) degradedDecide(cs *creditState, rule *Rule, n int64, now int64) Result {
 	l.count(ModeDegraded)
+	l.activate(cs) // its admits are pushed on recovery
 	if rule.Tuning.OnStoreUnavailable == FailOpen {
 		cs.hits.Add(n)
 		cs.share.spentElsewhere(cs.ws, n, l.storeNow(now))

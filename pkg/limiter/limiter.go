@@ -94,6 +94,8 @@ type Limiter struct {
 	lastScan   int64          // local ns of the last full scan (sync loop only)
 	members    atomic.Pointer[memberView]
 	joined     atomic.Int64 // store µs of this replica's first heartbeat
+	activeMu   sync.Mutex
+	active     []*creditState // keys that synced and have not gone idle since (scanDue)
 	contMu     sync.Mutex
 	contended  map[string]*contention // keys other replicas need the shares of
 	contCursor string                 // where the contention feed is read from (sync loop only)

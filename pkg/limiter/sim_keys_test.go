@@ -211,8 +211,8 @@ func perMinute(limit uint64) *limiter.Rule {
 	return &limiter.Rule{Algorithm: limiter.FixedWindow, Windows: []limiter.Window{{Limit: limit, Period: time.Minute}}}
 }
 
-// TestSimManyKeysFarBelowLimit: 10 000 keys under a 100/minute rule at
-// 0.15 requests a second each (1 500 a second), on 1, 2 and 4 replicas,
+// TestSimManyKeysFarBelowLimit: 5 000 keys under a 100/minute rule at
+// 0.15 requests a second each (750 a second), on 1, 2 and 4 replicas,
 // for 70 s. Once the replicas hold their static shares (from the first
 // minute that begins a lease after they joined), nothing is denied, no
 // decision waits for the store, and no key syncs.
@@ -220,7 +220,7 @@ func TestSimManyKeysFarBelowLimit(t *testing.T) {
 	for _, n := range []int{1, 2, 4} {
 		t.Run(fmt.Sprint(n, " replicas"), func(t *testing.T) {
 			var rounds uint64
-			r := keySim{rule: perMinute(100), replicas: n, keys: 10000, rate: 1500,
+			r := keySim{rule: perMinute(100), replicas: n, keys: 5000, rate: 750,
 				duration: warmUp + 66*time.Second, measureFrom: warmUp,
 				during: func(r *keyRun) {
 					time.Sleep(warmUp + 5*time.Second) // the keys of the warm-up hand back their credit

@@ -214,6 +214,7 @@ func (l *Limiter) collectDue(now int64, full bool) []*creditState {
 		default:
 			cs.collected = true
 			due = append(due, cs)
+			l.activate(cs)
 		}
 		cs.mu.Unlock()
 	}
@@ -225,18 +226,17 @@ func (l *Limiter) collectDue(now int64, full bool) []*creditState {
 	return due
 }
 
-// scanDue looks at every key: those due, asked for or waited on, and when
-// any is, those due within a tenth of their interval (riding along).
+// scanDue looks at every active key (one that has synced and not gone
+// idle since): those due, asked for or waited on, and when any is, those
+// due within a tenth of their interval (riding along). A key that holds
+// nothing and owes nothing leaves the active keys, evictable; keys that
+// admit from their static share alone never join them, so idle and
+// share-only keys cost a scan nothing.
 func (l *Limiter) scanDue(now int64) []*creditState {
 	var due, half []*creditState
 	snow := l.storeNow(now)
-	l.keys.eachCredit(func(e *entry, cs *creditState) {
-		if cs.shareOnly() {
-			if now-cs.lastUse.Load() > 2*int64(maxPeriod(cs.rule)) {
-				e.fresh.Store(now) // its share's epoch is over: evictable
-			}
-			return
-		}
+	l.eachActive(func(cs *creditState) {
+		e := cs.ent
 		cs.mu.Lock()
 		defer cs.mu.Unlock()
 		cs.snapshotBoundary(snow)
@@ -247,6 +247,7 @@ func (l *Limiter) scanDue(now int64) []*creditState {
 		if !cs.needsSync() && !starved {
 			if idle := now - cs.lastUse.Load(); idle > 2*int64(maxPeriod(cs.rule)) {
 				e.fresh.Store(now) // nothing held, nothing owed: evictable
+				l.deactivate(cs)
 			}
 			return
 		}
@@ -319,5 +320,43 @@ func (l *Limiter) shutdown() {
 	}
 	if err := l.store.Leave(ctx, l.replica); err != nil {
 		l.log.Warn("leaving the registry failed", "err", err)
+	}
+}
+
+// activate lists cs among the keys scanDue visits.
+func (l *Limiter) activate(cs *creditState) {
+	if cs.active.Swap(true) {
+		return
+	}
+	l.activeMu.Lock()
+	if !cs.listed {
+		cs.listed = true
+		l.active = append(l.active, cs)
+	}
+	l.activeMu.Unlock()
+}
+
+// deactivate marks cs to leave the active keys at the next scan.
+func (l *Limiter) deactivate(cs *creditState) { cs.active.Store(false) }
+
+// eachActive calls fn for every active key, dropping those no longer
+// active or swept. fn may take the key's lock but not activeMu.
+func (l *Limiter) eachActive(fn func(cs *creditState)) {
+	l.activeMu.Lock()
+	keys := l.active[:0:0]
+	keep := l.active[:0]
+	for _, cs := range l.active {
+		if cs.active.Load() && !cs.orphan.Load() {
+			keep = append(keep, cs)
+		} else {
+			cs.listed = false
+		}
+	}
+	clear(l.active[len(keep):])
+	l.active = keep
+	keys = append(keys, keep...)
+	l.activeMu.Unlock()
+	for _, cs := range keys {
+		fn(cs)
 	}
 }

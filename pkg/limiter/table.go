@@ -213,9 +213,15 @@ func (s *shard) sweep(now int64) int {
 			return
 		}
 		e.mu.Lock()
+		if cs := e.cs.Load(); cs != nil {
+			if used, until := cs.stillUsed(now); used {
+				e.fresh.Store(until)
+			}
+		}
 		if e.fresh.Load() <= now {
 			e.dead.Store(true)
 			if cs := e.cs.Load(); cs != nil {
+				cs.orphanShare()
 				cs.orphan.Store(true)
 			}
 			removed++
