@@ -15,6 +15,9 @@ const (
 	quietInterval  = time.Second // sync period of a quiet key
 	roundTimeout   = time.Second // bound on one background round trip
 	tick           = 10 * time.Millisecond
+	// contentionEvery is how often the contention feed is read: a key
+	// another replica needs is released within it and a round.
+	contentionEvery = 50 * time.Millisecond
 )
 
 // enqueue lists a key that asked for a sync, so the next round finds it
@@ -47,7 +50,7 @@ func (l *Limiter) runSync(ctx context.Context) {
 	defer t.Stop()
 	l.heartbeat(ctx)
 	started := l.now()
-	lastBeat := started
+	lastBeat, lastRead := started, started
 	for {
 		select {
 		case <-ctx.Done():
@@ -68,7 +71,10 @@ func (l *Limiter) runSync(ctx context.Context) {
 			l.heartbeat(ctx)
 			lastBeat = now
 		}
-		l.readContention(ctx)
+		if now-lastRead >= int64(contentionEvery) {
+			l.readContention(ctx)
+			lastRead = now
+		}
 		l.SyncRound(ctx)
 		l.slotRound(ctx)
 	}
