@@ -76,6 +76,12 @@ func (l *Limiter) Acquire(key string, max uint64) (*Slot, bool) {
 	if l.store == nil {
 		return s.take(func() int64 { return int64(max) })
 	}
+	if l.degraded(&Rule{}, l.now()) {
+		// Unreachable: each replica holds ⌈max/N⌉, also of a key it never
+		// had a grant for or had handed back.
+		n := uint64(l.replicas.Load())
+		return s.take(func() int64 { return int64((max + n - 1) / n) })
+	}
 	if slot, ok := s.take(s.granted.Load); ok {
 		return slot, true
 	}

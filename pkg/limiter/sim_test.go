@@ -704,3 +704,41 @@ func TestSimMeasureJitter(t *testing.T) {
 		}
 	}
 }
+
+// TestSimSlotsInOutage: while the store is unreachable, a concurrency key
+// first used in the outage gets its ⌈max/N⌉ on each replica, not a
+// refusal.
+func TestSimSlotsInOutage(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		st := &switchStore{Store: memstore.New(nil)}
+		ctx, cancel := context.WithCancel(context.Background())
+		var engines sync.WaitGroup
+		var lims []*limiter.Limiter
+		for i := range 2 {
+			l := limiter.New(limiter.WithStore(st, fmt.Sprint("replica-", i)))
+			lims = append(lims, l)
+			engines.Go(func() { l.Run(ctx) })
+		}
+		time.Sleep(2 * time.Second) // both count each other
+		st.down.Store(true)
+		time.Sleep(1500 * time.Millisecond) // past CacheTTL: degraded
+		for i, l := range lims {
+			var held []*limiter.Slot
+			for {
+				s, ok := l.Acquire("new-key", 5)
+				if !ok {
+					break
+				}
+				held = append(held, s)
+			}
+			if len(held) != 3 {
+				t.Errorf("replica %d held %d slots of 5 in the outage, want ⌈5/2⌉ = 3", i, len(held))
+			}
+			for _, s := range held {
+				s.Release()
+			}
+		}
+		cancel()
+		engines.Wait()
+	})
+}
