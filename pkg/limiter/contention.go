@@ -23,10 +23,11 @@ func (l *Limiter) readContention(ctx context.Context) {
 	defer cancel()
 	cs, next, err := l.store.Contention(ctx, l.replica, l.contCursor)
 	if err != nil {
-		l.storeFailed(err)
+		// Heartbeats and rounds say whether the store is reachable; a
+		// missed read delays releases by a read.
+		l.log.Debug("reading contention failed", "err", err)
 		return
 	}
-	l.lastOK.Store(l.now()) // a store that answers ends degraded mode
 	l.contCursor = next
 	snow := l.storeNow(l.now())
 	for _, c := range cs {
