@@ -179,7 +179,11 @@ func (l *Limiter) apply(cs *creditState, r *SyncResult) {
 	cs.backedTo.Store(backed)
 	cs.view.Store(newView(r.Windows, r.Others))
 	cs.inflight, cs.lastSync = false, now
-	cs.serveWaiters()
+	if now < backed {
+		// A reply that arrives after its reservation lapsed (an epoch's
+		// end, on a slow store) serves nobody.
+		cs.serveWaiters()
+	}
 	cs.refreshOverrun(l, now)
 	snow := l.storeNow(now)
 	cs.busy = len(cs.waiters) > 0 || cs.halfUsed(snow, false)
