@@ -209,7 +209,7 @@ func (l *Limiter) apply(cs *creditState, r *SyncResult) {
 	}
 	cs.nextSync = now + int64(interval)
 	if len(cs.waiters) > 0 {
-		cs.settleWaiters(l, now, r.Contended, r.Credit > 0)
+		cs.settleWaiters(l, now, r.Contended, now < backed)
 	}
 	if cs.kicked.Load() || len(cs.waiters) > 0 {
 		l.enqueue(cs) // asked again while the round was in flight
@@ -239,7 +239,7 @@ func (cs *creditState) halfUsed(snow int64, reserved bool) bool {
 // interval, unless other replicas are about to release shares of the key:
 // contended); those that may still fit ask for another round. cs.mu must
 // be held.
-func (cs *creditState) settleWaiters(l *Limiter, now int64, contended, granted bool) {
+func (cs *creditState) settleWaiters(l *Limiter, now int64, contended, usable bool) {
 	snow := l.storeNow(now)
 	kept := cs.waiters[:0]
 	for _, w := range cs.waiters {
@@ -257,7 +257,9 @@ func (cs *creditState) settleWaiters(l *Limiter, now int64, contended, granted b
 	}
 	if len(cs.waiters) > 0 {
 		cs.kicked.Store(true)
-		l.kick()
+		if usable {
+			l.kick() // at once; after a reply whose credit had lapsed, at the next tick
+		}
 	}
 }
 
