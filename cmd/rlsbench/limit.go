@@ -71,17 +71,7 @@ func (c *limitCheck) add(sec int64, keys map[int]keyCount) {
 	if len(keys) == 0 {
 		return
 	}
-	w := sec - sec%c.r.WindowSeconds
-	m := c.open[w]
-	if m == nil {
-		m = make(map[int]keyCount, len(keys))
-		c.open[w] = m
-	}
-	for k, kc := range keys {
-		t := m[k]
-		t.addCount(kc)
-		m[k] = t
-	}
+	mergeCounts(c.open, sec-sec%c.r.WindowSeconds, keys)
 }
 
 // closeBefore checks every window that ends at or before second low: no

@@ -121,16 +121,7 @@ func (a *accuracy) merge(worker int, sec int64, keys map[int]keyCount, next int6
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	if len(keys) > 0 {
-		m := a.open[sec]
-		if m == nil {
-			m = make(map[int]keyCount, len(keys))
-			a.open[sec] = m
-		}
-		for k, c := range keys {
-			t := m[k]
-			t.addCount(c)
-			m[k] = t
-		}
+		mergeCounts(a.open, sec, keys)
 	}
 	a.workerAt[worker] = next
 	low := slices.Min(a.workerAt)
@@ -205,4 +196,18 @@ func newSecondClock(t0 time.Time) secondClock {
 
 func (c secondClock) second(t time.Time) int64 {
 	return (c.wallNano + int64(t.Sub(c.t0))) / int64(time.Second)
+}
+
+// mergeCounts adds keys' counts to those of window w in open.
+func mergeCounts(open map[int64]map[int]keyCount, w int64, keys map[int]keyCount) {
+	m := open[w]
+	if m == nil {
+		m = make(map[int]keyCount, len(keys))
+		open[w] = m
+	}
+	for k, c := range keys {
+		t := m[k]
+		t.addCount(c)
+		m[k] = t
+	}
 }
