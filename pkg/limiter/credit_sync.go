@@ -57,8 +57,9 @@ func (l *Limiter) prepare(cs *creditState, now int64) SyncItem {
 	cs.inflight, cs.sentAt, cs.asked, cs.collected = true, now, cs.waiting, false
 	cs.kicked.Store(false)
 	h := cs.hits.Swap(0)
-	want := cs.want(now, l.storeNow(now), h+cs.share.pendingUnits())
-	if len(cs.waiters) == 0 && cs.share.ample(cs.ws[0], l.storeNow(now)) {
+	snow := l.storeNow(now)
+	want := cs.want(now, snow, h+cs.share.pendingUnits())
+	if len(cs.waiters) == 0 && cs.share.ample(cs.ws[0], snow) {
 		want = 0 // the share has room: no credit beside it
 	}
 	cs.handBack(want)
@@ -72,7 +73,6 @@ func (l *Limiter) prepare(cs *creditState, now int64) SyncItem {
 		it.Unused, it.Want = 0, 0 // idle: hand the reservation back
 		cs.unused = cs.credit.Load()
 	}
-	snow := l.storeNow(now)
 	it.Hits = cs.pushHits(h, snow)
 	if cs.share != nil {
 		p := int64(cs.ws[0].Period)

@@ -142,11 +142,12 @@ func (l *Limiter) creditFor(key []byte, rule *Rule, now int64) *creditState {
 				l.enqueue(cs)
 			}
 		}
-		e.fresh.Store(math.MaxInt64)
 		if cs := e.cs.Load(); cs.share != nil && !cs.active.Load() {
 			// Evictable once its share's epoch is over, unless used since
 			// (table.sweep asks stillUsed).
 			e.fresh.Store(now + 2*int64(maxPeriod(rule)))
+		} else {
+			e.fresh.Store(math.MaxInt64)
 		}
 		e.mu.Unlock()
 	}
