@@ -155,9 +155,8 @@ func (l *Limiter) spend(cs *creditState, n, now int64) bool {
 		return false
 	}
 	g := cs.grant.Load()
-	c := cs.credit.Add(-n)
-	if c < g/reserveShare {
-		cs.credit.Add(n)
+	c, ok := cs.take(n, g/reserveShare)
+	if !ok {
 		return false
 	}
 	cs.hits.Add(n)
@@ -167,6 +166,22 @@ func (l *Limiter) spend(cs *creditState, n, now int64) bool {
 		l.enqueue(cs)
 	}
 	return true
+}
+
+// take spends n units of credit if at least floor remains after them,
+// and returns what remains. Credit never shows a value it does not hold,
+// even for an instant: the sync loop reads it to hand units back (prepare)
+// and must not hand back units a request is about to spend.
+func (cs *creditState) take(n, floor int64) (int64, bool) {
+	for {
+		c := cs.credit.Load()
+		if c-n < floor {
+			return c, false
+		}
+		if cs.credit.CompareAndSwap(c, c-n) {
+			return c - n, true
+		}
+	}
 }
 
 // refund takes n units back: first from the share hits not yet pushed,
@@ -234,11 +249,9 @@ func (l *Limiter) wait(cs *creditState, rule *Rule, n int64, now int64) Result {
 	now = l.now()
 	ok, wait := false, time.Duration(0)
 	if now < cs.backedTo.Load() {
-		if ok = cs.credit.Add(-n) >= 0; ok {
+		if _, ok = cs.take(n, 0); ok {
 			cs.hits.Add(n)
 			l.count(ModeOverrun)
-		} else {
-			cs.credit.Add(n)
 		}
 	}
 	if !ok {
@@ -319,13 +332,12 @@ func (cs *creditState) dropWaiter(w *waiter) (ok, served bool) {
 func (cs *creditState) serveWaiters() {
 	kept := cs.waiters[:0]
 	for _, w := range cs.waiters {
-		if cs.credit.Add(-w.n) >= 0 {
+		if _, ok := cs.take(w.n, 0); ok {
 			cs.hits.Add(w.n)
 			cs.waiting -= uint64(w.n)
 			w.done <- true
 			continue
 		}
-		cs.credit.Add(w.n)
 		kept = append(kept, w)
 	}
 	clear(cs.waiters[len(kept):])

@@ -70,8 +70,11 @@ func (l *Limiter) prepare(cs *creditState, now int64) SyncItem {
 		Share: cs.rule.Tuning.share(), Replicas: int(l.replicas.Load()), Lease: lease,
 	}
 	if now-cs.lastUse.Load() > int64(quietInterval) && len(cs.waiters) == 0 {
-		it.Unused, it.Want = 0, 0 // idle: hand the reservation back
-		cs.unused = cs.credit.Load()
+		// Idle: hand the reservation back. Its credit leaves the hot
+		// path's reach first: a request arriving while the round is in
+		// flight would spend units the store no longer backs.
+		cs.withdraw()
+		it.Unused, it.Want, cs.unused = 0, 0, 0
 	}
 	it.Hits = cs.pushHits(h, snow)
 	if cs.share != nil {
@@ -125,6 +128,17 @@ func (cs *creditState) handBack(want uint64) {
 	for {
 		c := cs.credit.Load()
 		if c <= int64(want) || cs.credit.CompareAndSwap(c, int64(want)) {
+			return
+		}
+	}
+}
+
+// withdraw takes all the key's positive credit out of the hot path's
+// reach.
+func (cs *creditState) withdraw() {
+	for {
+		c := cs.credit.Load()
+		if c <= 0 || cs.credit.CompareAndSwap(c, 0) {
 			return
 		}
 	}

@@ -156,3 +156,46 @@ func (nopStore) Leave(context.Context, string) error                       { ret
 func (nopStore) Contention(_ context.Context, _, c string) ([]Contended, string, error) {
 	return nil, c, nil
 }
+
+// TestIdleHandBackWithdrawsCredit: a key idle for a quiet interval hands
+// its reservation back to the store. Its credit leaves the hot path
+// before the round goes out: a request arriving while the round is in
+// flight must not be admitted on units the store no longer backs.
+func TestIdleHandBackWithdrawsCredit(t *testing.T) {
+	l := New()
+	rule := &Rule{Algorithm: SlidingWindow, Windows: []Window{{Limit: 100, Period: time.Minute}}}
+	now := int64(time.Hour)
+	cs := l.newCredit("k", rule, now)
+	cs.credit.Store(5)
+	cs.grant.Store(5)
+	cs.backedTo.Store(now + int64(lease))
+	cs.lastUse.Store(now - int64(2*quietInterval))
+	it := l.prepare(cs, now)
+	if it.Unused != 0 || it.Want != 0 {
+		t.Fatalf("idle key sent Unused %d, Want %d; want both 0", it.Unused, it.Want)
+	}
+	if l.spend(cs, 1, now+1) {
+		t.Fatal("a request in flight spent credit the round hands back")
+	}
+	l.apply(cs, &SyncResult{Windows: make([]WindowState, 1), Now: now / 1000})
+	if c := cs.credit.Load(); c != 0 {
+		t.Fatalf("credit after the reply is %d, want 0", c)
+	}
+}
+
+// TestTakeNeverShowsCreditItDoesNotHold: spends racing the sync loop's
+// hand-back see and leave only values the key holds, so the hand-back
+// never gives up units a spend then puts back.
+func TestTakeNeverShowsCreditItDoesNotHold(t *testing.T) {
+	cs := &creditState{}
+	cs.credit.Store(3)
+	if _, ok := cs.take(2, 2); ok {
+		t.Fatal("take went below its floor")
+	}
+	if c := cs.credit.Load(); c != 3 {
+		t.Fatalf("a refused take left credit %d, want 3", c)
+	}
+	if left, ok := cs.take(2, 1); !ok || left != 1 || cs.credit.Load() != 1 {
+		t.Fatalf("take(2, 1) of 3: left %d, ok %v, credit %d", left, ok, cs.credit.Load())
+	}
+}

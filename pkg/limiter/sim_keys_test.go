@@ -52,6 +52,9 @@ type keyRun struct {
 	admitted map[[2]uint64]uint64 // (key, window index) → admitted
 	offered  map[[2]uint64]uint64
 	denied   map[[2]uint64]uint64 // denials counted from measureFrom
+	// how: admits of a key window by replica and mode, for the report of
+	// a window over its limit.
+	how      map[[2]uint64]map[string]uint64
 	requests uint64
 	waited   uint64 // decisions that waited for the store, from measureFrom
 	base     map[int]uint64
@@ -87,7 +90,7 @@ func waitedOf(l *limiter.Limiter) uint64 {
 
 func (s keySim) run(t *testing.T) *keyRun {
 	r := &keyRun{s: s, admitted: map[[2]uint64]uint64{}, offered: map[[2]uint64]uint64{},
-		denied: map[[2]uint64]uint64{}, base: map[int]uint64{}}
+		denied: map[[2]uint64]uint64{}, base: map[int]uint64{}, how: map[[2]uint64]map[string]uint64{}}
 	synctest.Test(t, func(t *testing.T) {
 		store := s.store
 		if store == nil {
@@ -154,8 +157,10 @@ func (r *keyRun) drive() {
 			lims := r.lims
 			r.mu.Unlock()
 			var l *limiter.Limiter
+			var li int
 			for l == nil {
-				l, next = lims[next%len(lims)], next+1
+				li = next % len(lims)
+				l, next = lims[li], next+1
 			}
 			req := []limiter.Request{{Key: fmt.Appendf(nil, "k%d|%s", k, s.rule.Fingerprint()), Rule: s.rule}}
 			at := time.Now()
@@ -166,6 +171,10 @@ func (r *keyRun) drive() {
 			r.requests++
 			if ok {
 				r.admitted[w]++
+				if r.how[w] == nil {
+					r.how[w] = map[string]uint64{}
+				}
+				r.how[w][fmt.Sprintf("r%d/%v@%dms", li, out[0].Mode, at.Sub(r.start).Milliseconds()/1000*1000)]++
 			} else if measuring {
 				r.denied[w]++
 			}
@@ -192,7 +201,7 @@ func (r *keyRun) check(t *testing.T, strict bool) (over, deniedUnder int) {
 		if n > limit {
 			over++
 			if over <= 5 {
-				t.Errorf("key %d, window %d: %d admitted > %d (offered %d)", w[0], w[1], n, limit, r.offered[w])
+				t.Errorf("key %d, window %d: %d admitted > %d (offered %d); by replica, mode and second: %v", w[0], w[1], n, limit, r.offered[w], r.how[w])
 			}
 		}
 	}
