@@ -9,10 +9,16 @@ const maxDepth = 32
 
 // descriptorFields is a descriptor's raw parts before it is built.
 type descriptorFields struct {
-	key, value       string
-	rateLimit, kids  *field
-	shadow, detailed bool
-	share            bool
+	key, value            string
+	rateLimit, kids, meta *field
+	share                 bool
+	flags                 limitFlags
+}
+
+// limitFlags are the descriptor-level settings that shape its Limit.
+type limitFlags struct {
+	shadow, detailed, quota, valueToMetric bool
+	metadata                               map[string]any
 }
 
 // decodeDescriptors reads a descriptors list into children of parent.
@@ -55,11 +61,17 @@ func (d *decoder) decodeDescriptor(parent *Node, n *yaml.Node, path string, dept
 		case "descriptors":
 			df.kids = &f
 		case "shadow_mode":
-			opt.boolean(f, &df.shadow)
+			opt.boolean(f, &df.flags.shadow)
 		case "detailed_metric":
-			opt.boolean(f, &df.detailed)
+			opt.boolean(f, &df.flags.detailed)
+		case "value_to_metric":
+			opt.boolean(f, &df.flags.valueToMetric)
+		case "quota_mode":
+			opt.boolean(f, &df.flags.quota)
 		case "share_threshold":
 			opt.boolean(f, &df.share)
+		case "metadata":
+			df.meta = &f
 		default:
 			must.unknown(f)
 		}
@@ -84,8 +96,14 @@ func (d *decoder) buildDescriptor(parent *Node, n *yaml.Node, path string, depth
 		d.warnf(n, join(path, "share_threshold"), "share_threshold has no effect on an exact value")
 		c.share = false
 	}
+	c.valueToMetric = df.flags.valueToMetric
+	if df.meta != nil {
+		df.flags.metadata = d.decodeMetadata(df.meta)
+	}
 	if df.rateLimit != nil {
-		c.limit = d.buildLimit(df.rateLimit, c.path, df.shadow, df.detailed)
+		c.limit = d.buildLimit(df.rateLimit, c.path, df.flags)
+	} else if df.meta != nil || df.flags.quota {
+		d.warnf(n, path, "quota_mode and metadata apply to a descriptor's rate_limit; this descriptor has none")
 	}
 	if df.kids != nil {
 		d.decodeDescriptors(c, df.kids.node, df.kids.path, depth+1)
@@ -94,12 +112,15 @@ func (d *decoder) buildDescriptor(parent *Node, n *yaml.Node, path string, depth
 }
 
 // buildLimit decodes and compiles a rate_limit; nil when it is dropped.
-func (d *decoder) buildLimit(f *field, path string, shadow, detailed bool) *Limit {
+func (d *decoder) buildLimit(f *field, path string, flags limitFlags) *Limit {
 	spec := d.decodeRateLimit(f.node, f.path)
 	if spec == nil {
 		return nil
 	}
-	l, err := compileLimit(spec, path, shadow, detailed)
+	if spec.QuotaMode {
+		flags.quota = true
+	}
+	l, err := compileLimit(spec, path, flags)
 	if err != nil {
 		d.errorf(f.node, f.path, "%v (rate_limit dropped)", err)
 		return nil

@@ -7,8 +7,8 @@
 //
 //   - rate-limit files in the envoyproxy/ratelimit format (domain, nested
 //     descriptors with key, optional value, rate_limit, shadow_mode,
-//     detailed_metric, share_threshold, replaces), so existing ConfigMaps
-//     load unchanged. rate_limit also takes this service's additions:
+//     quota_mode, metadata, detailed_metric, value_to_metric,
+//     share_threshold, replaces), so existing ConfigMaps load unchanged. rate_limit also takes this service's additions:
 //     algorithm (fixed_window, sliding_window, token_bucket), burst, the
 //     limiter's tuning knobs and always_charge. See RateLimitFile.
 //   - targets files, a top-level targets map of per-target policy for
@@ -23,7 +23,10 @@
 // the path inside it, and the record that carries it survives; unknown
 // keys are warnings. A file that is not YAML, or not a mapping, is
 // rejected whole. Across files, a domain or target defined twice is kept
-// from the first file by name and dropped from the later one.
+// from the first file by name and dropped from the later one, unless
+// LoadOptions.MergeDomains asks for envoyproxy/ratelimit's merging of a
+// domain's descriptors. LoadOptions.ShadowMode marks a whole snapshot as
+// shadow (nothing is denied); the zero LoadOptions is the default.
 //
 // A Snapshot answers which limit applies to a request descriptor (Match,
 // or Domain and Node.Child step by step, which never allocate), and which

@@ -15,12 +15,14 @@ type snapshotJSON struct {
 	Domains  map[string][]nodeJSON `json:"domains"`
 	Targets  []targetJSON          `json:"targets"`
 	Problems []Problem             `json:"problems"`
+	Options  *LoadOptions          `json:"options,omitempty"`
 }
 
 type nodeJSON struct {
 	Key            string     `json:"key"`
 	Value          string     `json:"value,omitempty"`
 	ShareThreshold bool       `json:"share_threshold,omitempty"`
+	ValueToMetric  bool       `json:"value_to_metric,omitempty"`
 	RateLimit      *limitJSON `json:"rate_limit,omitempty"`
 	Descriptors    []nodeJSON `json:"descriptors,omitempty"`
 }
@@ -68,6 +70,9 @@ func (s *Snapshot) MarshalJSON() ([]byte, error) {
 	for _, t := range s.list {
 		out.Targets = append(out.Targets, targetJSON{Target: t, RateLimit: rule(t.RateLimit), TokenLimit: rule(t.TokenLimit)})
 	}
+	if s.opts != (LoadOptions{}) {
+		out.Options = &s.opts
+	}
 	if out.Files == nil {
 		out.Files = []FileStatus{}
 	}
@@ -80,7 +85,7 @@ func (s *Snapshot) MarshalJSON() ([]byte, error) {
 func nodesJSON(ns []*Node) []nodeJSON {
 	out := make([]nodeJSON, 0, len(ns))
 	for _, n := range ns {
-		j := nodeJSON{Key: n.key, Value: n.value, ShareThreshold: n.share, Descriptors: nodesJSON(n.order)}
+		j := nodeJSON{Key: n.key, Value: n.value, ShareThreshold: n.share, ValueToMetric: n.valueToMetric, Descriptors: nodesJSON(n.order)}
 		if n.limit != nil {
 			j.RateLimit = &limitJSON{Limit: n.limit, Rule: rule(n.limit.Rule)}
 		}

@@ -20,8 +20,12 @@ const maxDirDepth = 16
 //
 // The error is non-nil only when path itself cannot be read; problems in
 // the files are in the snapshot's Problems.
-func Load(path string) (*Snapshot, error) {
+func Load(path string) (*Snapshot, error) { return LoadWith(path, LoadOptions{}) }
+
+// LoadWith is Load with load options.
+func LoadWith(path string, opts LoadOptions) (*Snapshot, error) {
 	l := newLoader(path)
+	l.opts = opts
 	s, _, err := l.load()
 	return s, err
 }
@@ -107,6 +111,7 @@ type loader struct {
 	cache map[string]*parsed           // parse of each file's current content
 	good  map[string]*parsed           // last accepted parse per file
 	last  *Snapshot
+	opts  LoadOptions
 }
 
 func newLoader(path string) *loader {
@@ -169,7 +174,7 @@ func (l *loader) build(ls *listing, seen map[string][sha256.Size]byte) *Snapshot
 		}
 	}
 	l.cache = cache
-	return assemble(ps, stale, extra)
+	return assembleWith(ps, stale, extra, l.opts)
 }
 
 func keepNote(name string) Problem {

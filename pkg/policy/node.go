@@ -17,11 +17,13 @@ type Node struct {
 	keyOnly  bool
 	wildcard bool
 	share    bool
-	glob     glob
-	limit    *Limit
-	path     string
-	children map[string]*keyGroup
-	order    []*Node // children in file order
+	// valueToMetric: metrics name this level by the request's value.
+	valueToMetric bool
+	glob          glob
+	limit         *Limit
+	path          string
+	children      map[string]*keyGroup
+	order         []*Node // children in file order
 }
 
 // keyGroup holds the children of a node that share one key, by kind of
@@ -59,6 +61,10 @@ func (n *Node) Wildcard() bool { return n != nil && n.wildcard }
 // ShareThreshold reports whether every value this node matches shares one
 // counter (share_threshold on a wildcard or key-only descriptor).
 func (n *Node) ShareThreshold() bool { return n != nil && n.share }
+
+// ValueToMetric reports whether metrics name this level by the request's
+// value rather than the configured one (value_to_metric).
+func (n *Node) ValueToMetric() bool { return n != nil && n.valueToMetric }
 
 // Limit is the node's rate limit, nil when it has none.
 func (n *Node) Limit() *Limit {

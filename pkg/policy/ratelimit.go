@@ -26,8 +26,20 @@ type Limit struct {
 	// DetailedMetric asks for per-value metrics on wildcard and key-only
 	// matches.
 	DetailedMetric bool `json:"detailed_metric,omitempty"`
+	// QuotaMode (the descriptor's quota_mode): when this limit is spent its
+	// status is OVER_LIMIT, but the request is denied only when every
+	// quota-mode descriptor of the request is over, or another one is.
+	QuotaMode bool `json:"quota_mode,omitempty"`
+	// Metadata (the descriptor's metadata) is returned in the response's
+	// dynamic metadata when the descriptor passed. Values are string,
+	// bool, int64, float64, nil, []any or map[string]any; never modify it.
+	Metadata map[string]any `json:"metadata,omitempty"`
 	// Rule is what the limiter enforces; nil when Unlimited.
 	Rule *limiter.Rule `json:"-"`
+	// Charged is Rule with AlwaysCharge set, for charges that must be
+	// recorded whatever the verdict (usage reported after a response). It
+	// shares Rule's counters: keys carry Fingerprint, not Charged's.
+	Charged *limiter.Rule `json:"-"`
 	// Fingerprint is Rule.Fingerprint(), computed once.
 	Fingerprint string `json:"fingerprint,omitempty"`
 	// Path names the limit in logs and metrics: the domain and the
@@ -95,6 +107,11 @@ func (d *decoder) decodeAddition(b *block, f field, s *RateLimitSpec) {
 		b.str(f, &s.OnStoreUnavailable)
 	case "always_charge":
 		b.boolean(f, &s.AlwaysCharge)
+	case "quota_mode":
+		// envoyproxy/ratelimit reads quota_mode on the descriptor, beside
+		// shadow_mode; accepted here too.
+		b.boolean(f, &s.QuotaMode)
+		b.d.warnf(f.node, f.path, "quota_mode belongs on the descriptor, beside shadow_mode; applied")
 	default:
 		b.unknown(f)
 	}
@@ -202,10 +219,10 @@ func parseFailMode(s string) (limiter.FailMode, error) {
 
 // compileLimit turns a checked spec into a Limit. It fails only when the
 // limiter rejects the rule (limits too large, rate too high).
-func compileLimit(s *RateLimitSpec, path string, shadow, detailed bool) (*Limit, error) {
+func compileLimit(s *RateLimitSpec, path string, f limitFlags) (*Limit, error) {
 	l := &Limit{
-		Name: s.Name, Unlimited: s.Unlimited, ShadowMode: shadow,
-		DetailedMetric: detailed, Path: path,
+		Name: s.Name, Unlimited: s.Unlimited, ShadowMode: f.shadow,
+		DetailedMetric: f.detailed, QuotaMode: f.quota, Metadata: f.metadata, Path: path,
 	}
 	for _, r := range s.Replaces {
 		l.Replaces = append(l.Replaces, r.Name)
@@ -236,5 +253,18 @@ func compileLimit(s *RateLimitSpec, path string, shadow, detailed bool) (*Limit,
 		return nil, err
 	}
 	l.Rule, l.Fingerprint = r, r.Fingerprint()
+	l.Charged = ChargedRule(r)
 	return l, nil
+}
+
+// ChargedRule returns r with AlwaysCharge set (r itself when it has it):
+// the rule to decide a charge that must be recorded whatever the verdict,
+// on r's own counters.
+func ChargedRule(r *limiter.Rule) *limiter.Rule {
+	if r == nil || r.AlwaysCharge {
+		return r
+	}
+	c := *r
+	c.AlwaysCharge = true
+	return &c
 }

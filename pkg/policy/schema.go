@@ -25,7 +25,14 @@ type DescriptorSpec struct {
 	Descriptors    []DescriptorSpec `yaml:"descriptors"`
 	ShadowMode     bool             `yaml:"shadow_mode"`
 	DetailedMetric bool             `yaml:"detailed_metric"`
+	ValueToMetric  bool             `yaml:"value_to_metric"`
 	ShareThreshold bool             `yaml:"share_threshold"`
+	// QuotaMode: the request is denied only when every quota-mode
+	// descriptor is over its limit, or another descriptor is.
+	QuotaMode bool `yaml:"quota_mode"`
+	// Metadata is returned in the RLS response's dynamic metadata when
+	// the descriptor passed.
+	Metadata map[string]any `yaml:"metadata"`
 }
 
 // RateLimitSpec is a descriptor's rate_limit block: the fields of
@@ -46,6 +53,9 @@ type RateLimitSpec struct {
 	CacheTTL           time.Duration `yaml:"cache_ttl"`
 	OnStoreUnavailable string        `yaml:"on_store_unavailable"` // static (default) or allow
 	AlwaysCharge       bool          `yaml:"always_charge"`
+	// QuotaMode here is accepted with a warning: it belongs on the
+	// descriptor.
+	QuotaMode bool `yaml:"quota_mode"`
 }
 
 // ReplacesSpec names a rate limit that a matching descriptor replaces.

@@ -3,6 +3,7 @@ package policy
 import (
 	"crypto/sha256"
 	"encoding/hex"
+	"fmt"
 	"sort"
 )
 
@@ -19,6 +20,22 @@ type Snapshot struct {
 	problems  []Problem
 	files     []FileStatus
 	version   string
+	opts      LoadOptions
+}
+
+// LoadOptions are settings of a whole snapshot, envoyproxy/ratelimit's
+// MERGE_DOMAIN_CONFIG and SHADOW_MODE. The zero value is this service's
+// default: a domain declared twice is kept from the first file, and
+// limits are enforced.
+type LoadOptions struct {
+	// MergeDomains: files that declare the same domain add their
+	// descriptors to it, in file name order; a top-level descriptor
+	// declared again is dropped from the later file with an error.
+	MergeDomains bool `json:"merge_domains,omitempty"`
+	// ShadowMode: every limit is decided, charged and counted, but the
+	// overall answer is always OK (descriptor statuses still say which
+	// limits are over).
+	ShadowMode bool `json:"shadow_mode,omitempty"`
 }
 
 // FileStatus is what a snapshot holds of one file.
@@ -37,20 +54,28 @@ type FileStatus struct {
 // Compile parses files and builds a snapshot. It never fails: every
 // problem is in the snapshot's Problems, and what could not be used was
 // dropped. Later files (by name) lose to earlier ones on duplicates.
-func Compile(files ...File) *Snapshot {
+func Compile(files ...File) *Snapshot { return CompileWith(LoadOptions{}, files...) }
+
+// CompileWith is Compile with load options.
+func CompileWith(opts LoadOptions, files ...File) *Snapshot {
 	ps := make([]*parsed, 0, len(files))
 	for _, f := range files {
 		ps = append(ps, parseFile(f))
 	}
-	return assemble(ps, nil, nil)
+	return assembleWith(ps, nil, nil, opts)
 }
 
 // assemble builds a snapshot from parsed files, in name order. stale names
 // files whose current version was rejected and replaced by its last good
 // version; extra problems (I/O, stale notes) are added as given.
 func assemble(ps []*parsed, stale map[string]bool, extra []Problem) *Snapshot {
+	return assembleWith(ps, stale, extra, LoadOptions{})
+}
+
+// assembleWith is assemble with load options.
+func assembleWith(ps []*parsed, stale map[string]bool, extra []Problem, opts LoadOptions) *Snapshot {
 	sort.SliceStable(ps, func(i, j int) bool { return ps[i].name < ps[j].name })
-	s := &Snapshot{domains: map[string]*Node{}, targets: map[string]*Target{}}
+	s := &Snapshot{domains: map[string]*Node{}, targets: map[string]*Target{}, opts: opts}
 	s.problems = append(s.problems, extra...)
 	var raw []*Target
 	for _, p := range ps {
@@ -62,7 +87,7 @@ func assemble(ps []*parsed, stale map[string]bool, extra []Problem) *Snapshot {
 	}
 	s.linkTargets(raw)
 	sortProblems(s.problems)
-	s.version = version(ps)
+	s.version = version(ps, opts)
 	return s
 }
 
@@ -73,13 +98,36 @@ func (s *Snapshot) problem(sev Severity, file, path, msg string) {
 func (s *Snapshot) addDomains(p *parsed) {
 	for _, d := range p.domains {
 		name := d.root.path
-		if _, dup := s.domains[name]; dup {
+		prev, dup := s.domains[name]
+		switch {
+		case dup && s.opts.MergeDomains:
+			s.domains[name] = s.mergeDomain(prev, d, p.name)
+		case dup:
 			s.problems = append(s.problems, Problem{File: p.name, Path: d.path, Line: d.line, Severity: Error,
 				Message: "duplicate domain " + quote(name) + " (domain dropped)"})
+		default:
+			s.domains[name] = d.root
+		}
+	}
+}
+
+// mergeDomain returns a new root holding prev's descriptors and then d's,
+// as envoyproxy/ratelimit's MERGE_DOMAIN_CONFIG does; nodes are shared,
+// not copied (they are immutable).
+func (s *Snapshot) mergeDomain(prev *Node, d domainDecl, file string) *Node {
+	root := &Node{path: prev.path}
+	for _, c := range prev.order {
+		root.add(c)
+	}
+	for _, c := range d.root.order {
+		if root.find(c) != nil {
+			s.problems = append(s.problems, Problem{File: file, Path: d.path, Line: d.line, Severity: Error,
+				Message: "descriptor " + c.path + " is already defined for the merged domain (descriptor dropped)"})
 			continue
 		}
-		s.domains[name] = d.root
+		root.add(c)
 	}
+	return root
 }
 
 func (s *Snapshot) addTargets(p *parsed) []*Target {
@@ -131,15 +179,29 @@ func (s *Snapshot) indexTargets() {
 	}
 }
 
-func version(ps []*parsed) string {
+func version(ps []*parsed, opts LoadOptions) string {
 	h := sha256.New()
 	for _, p := range ps {
 		h.Write([]byte(p.name))
 		h.Write([]byte{0})
 		h.Write(p.hash[:])
 	}
+	if opts != (LoadOptions{}) {
+		fmt.Fprintf(h, "merge=%t shadow=%t", opts.MergeDomains, opts.ShadowMode)
+	}
 	return hex.EncodeToString(h.Sum(nil)[:8])
 }
+
+// Options returns the load options the snapshot was built with.
+func (s *Snapshot) Options() LoadOptions {
+	if s == nil {
+		return LoadOptions{}
+	}
+	return s.opts
+}
+
+// ShadowMode reports whether no request may be denied (LoadOptions).
+func (s *Snapshot) ShadowMode() bool { return s.Options().ShadowMode }
 
 // Domain is the root node of a domain's descriptor tree; nil if unknown.
 func (s *Snapshot) Domain(name string) *Node {

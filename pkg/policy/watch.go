@@ -22,6 +22,8 @@ type WatcherOptions struct {
 	// goroutine that ran it, with the Watcher's lock held: it must not
 	// call Reload. Use it for metrics.
 	OnReload func(Result)
+	// Load applies to every snapshot the Watcher builds.
+	Load LoadOptions
 }
 
 // Result is the outcome of one load.
@@ -71,6 +73,7 @@ type Watcher struct {
 // It fails only when path cannot be read at all.
 func NewWatcher(path string, opts WatcherOptions) (*Watcher, error) {
 	w := &Watcher{opts: opts, log: opts.Logger, loader: newLoader(path)}
+	w.loader.opts = opts.Load
 	if w.log == nil {
 		w.log = slog.New(slog.DiscardHandler)
 	}
