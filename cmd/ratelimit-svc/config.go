@@ -8,93 +8,189 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"os"
 	"strings"
 	"time"
 )
 
-// config is the service's command line, each flag with an environment
-// variable; a flag given on the command line wins.
+// config is every setting of the service, parsed and validated in one
+// place (parseConfig). Each setting has a flag, our own environment
+// variable and often envoyproxy/ratelimit's variable for the same thing;
+// a flag given on the command line wins, then our variable (RLS_*), then
+// theirs, then the default.
 type config struct {
 	ConfigPath      string
 	GRPCAddr        string
 	HTTPAddr        string
+	DebugAddr       string
+	PrometheusAddr  string // a second listener for /metrics; empty: none
 	RedisURL        string
+	RedisTLS        redisTLS
 	Service         string
 	ReplicaID       string
 	LogLevel        string
 	LogFormat       string
 	ShutdownTimeout time.Duration
 	ResponseHeaders string
+	GRPCTLS         grpcTLS
+
+	// ShadowMode is envoyproxy/ratelimit's global shadow mode (SHADOW_MODE):
+	// every decision is made and counted but the answer is OK. Not wired
+	// into the RLS yet.
+	ShadowMode bool
+	// StopIncrementWhenOverLimit is STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT:
+	// under envoyproxy/ratelimit's charging semantics, whether a request
+	// that goes over one descriptor's limit still charges its others.
+	// Not wired into the RLS yet.
+	StopIncrementWhenOverLimit bool
+	// MergeDomainConfig is MERGE_DOMAIN_CONFIG: files naming the same
+	// domain merge instead of the later one being refused. Not wired into
+	// the policy loader yet.
+	MergeDomainConfig bool
+	// UpstreamEnv is set when the service runs on envoyproxy/ratelimit's
+	// environment: some of its configuration variables set and none of
+	// ours (no flag, no RLS_* variable). Its charging semantics are meant
+	// to apply then.
+	UpstreamEnv bool
+	// UseStatsd and LocalCacheSize are accepted for compatibility and only
+	// logged: statsd is not supported, and the credit engine is the cache.
+	UseStatsd      bool
+	LocalCacheSize int
+	// Xds is envoyproxy/ratelimit's xDS configuration source.
+	Xds xdsConfig
+	// Notes are said once at start: settings accepted but not acted on.
+	Notes []string
+
+	// from names where each setting came from (flag name → "--flag",
+	// a variable's name, or "default"), for messages.
+	from map[string]string
 }
 
 // parseConfig reads args (without the program name) and the environment.
 func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (config, error) {
-	var c config
+	c := config{from: map[string]string{}}
+	ev, envErr := readEnv(getenv)
 	fs := flag.NewFlagSet("ratelimit-svc", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	env := func(names ...string) string {
-		for _, n := range names {
-			if v := getenv(n); v != "" {
-				return v
-			}
-		}
-		return ""
+	str := func(p *string, name, usage string) {
+		s := ev.settings[name]
+		c.from[name] = s.from
+		env := strings.Join(s.vars, ", ")
+		fs.StringVar(p, name, s.value, fmt.Sprintf("%s (env %s)", usage, env))
 	}
-	str := func(p *string, name, def, usage string, envs ...string) {
-		v := env(envs...)
-		if v == "" {
-			v = def
-		}
-		fs.StringVar(p, name, v, fmt.Sprintf("%s (env %s)", usage, strings.Join(envs, ", ")))
-	}
-	str(&c.ConfigPath, "config", "config", "policy directory (all *.yaml/*.yml below it) or one file", "RLS_CONFIG")
-	str(&c.GRPCAddr, "grpc-addr", ":8081", "gRPC address: RLS, health, reflection (h2c)", "RLS_GRPC_ADDR")
-	str(&c.HTTPAddr, "http-addr", ":8080", "HTTP address: /healthcheck, /metrics, /json, /debug/", "RLS_HTTP_ADDR")
-	str(&c.RedisURL, "redis-url", "", "Redis URL; empty runs local-only", "REDIS_URL")
-	str(&c.Service, "service", "ratelimit", "replica set name: namespaces Redis keys and metric labels", "RLS_SERVICE")
-	str(&c.ReplicaID, "replica-id", "", "this replica's id (default: env or host name + random suffix)", "POD_NAME", "HOSTNAME")
-	str(&c.LogLevel, "log-level", "info", "debug, info, warn or error", "LOG_LEVEL")
-	str(&c.LogFormat, "log-format", "json", "json or text", "LOG_FORMAT")
-	str(&c.ResponseHeaders, "response-headers", "off", "rate-limit headers the RLS adds: off, draft (X-RateLimit-*) or ietf (RateLimit)", "RLS_RESPONSE_HEADERS")
-	shutdown := env("RLS_SHUTDOWN_TIMEOUT")
-	if shutdown == "" {
-		shutdown = "15s"
-	}
-	d, err := time.ParseDuration(shutdown)
-	if err != nil {
-		return c, fmt.Errorf("RLS_SHUTDOWN_TIMEOUT: %w", err)
-	}
-	fs.DurationVar(&c.ShutdownTimeout, "shutdown-timeout", d, "bound on draining at SIGTERM (env RLS_SHUTDOWN_TIMEOUT)")
+	str(&c.ConfigPath, "config", "policy directory (all *.yaml/*.yml below it) or one file")
+	str(&c.GRPCAddr, "grpc-addr", "gRPC address: RLS, ext_proc, health, reflection")
+	str(&c.HTTPAddr, "http-addr", "HTTP address: /healthcheck, /metrics, /json")
+	str(&c.DebugAddr, "debug-addr", "debug address: pprof, /debug/config, /debug/keys, /rlconfig; empty: off")
+	str(&c.PrometheusAddr, "prometheus-addr", "a second address serving /metrics; empty: none")
+	str(&c.RedisURL, "redis-url", "Redis URL; empty runs local-only")
+	str(&c.RedisTLS.Cert, "redis-tls-cert", "client certificate (PEM) for Redis over TLS")
+	str(&c.RedisTLS.Key, "redis-tls-key", "client private key (PEM) for Redis over TLS")
+	str(&c.RedisTLS.CA, "redis-tls-ca", "CA bundle (PEM) that Redis's certificate must chain to (default: system roots)")
+	str(&c.Service, "service", "replica set name: namespaces Redis keys and metric labels")
+	str(&c.ReplicaID, "replica-id", "this replica's id (default: host name + random suffix)")
+	str(&c.LogLevel, "log-level", "debug, info, warn or error")
+	str(&c.LogFormat, "log-format", "json or text")
+	str(&c.ResponseHeaders, "response-headers", "rate-limit headers the RLS adds: off, draft (X-RateLimit-*) or ietf (RateLimit)")
+	str(&c.GRPCTLS.Cert, "grpc-tls-cert", "gRPC server certificate chain (PEM); with --grpc-tls-key turns TLS on")
+	str(&c.GRPCTLS.Key, "grpc-tls-key", "gRPC server private key (PEM)")
+	str(&c.GRPCTLS.ClientCA, "grpc-tls-client-ca", "CA bundle (PEM) that client certificates must chain to; set: mTLS required")
+	str(&c.GRPCTLS.ClientSAN, "grpc-tls-client-san", "a SAN every client certificate must carry")
+	var shutdown string
+	str(&shutdown, "shutdown-timeout", "bound on draining at SIGTERM")
 	if err := fs.Parse(args); err != nil {
 		return c, err
 	}
 	if fs.NArg() > 0 {
 		return c, fmt.Errorf("unexpected argument %q", fs.Arg(0))
 	}
-	explicit := false
-	fs.Visit(func(f *flag.Flag) { explicit = explicit || f.Name == "replica-id" })
-	if !explicit {
+	fs.Visit(func(f *flag.Flag) { c.from[f.Name] = "--" + f.Name })
+	ev.apply(&c)
+	if c.from["replica-id"] != "--replica-id" {
 		c.ReplicaID = replicaID(c.ReplicaID)
 	}
-	return c, c.validate()
+	c.UpstreamEnv = ev.upstream && !ev.ours && fs.NFlag() == 0
+	var errs []error
+	if envErr != nil {
+		errs = append(errs, envErr)
+	}
+	if d, err := time.ParseDuration(shutdown); err != nil || d <= 0 {
+		errs = append(errs, fmt.Errorf("%s: %q is not a positive duration", c.src("shutdown-timeout"), shutdown))
+	} else {
+		c.ShutdownTimeout = d
+	}
+	if err := c.validate(); err != nil {
+		errs = append(errs, err)
+	}
+	return c, errors.Join(errs...)
+}
+
+// src names where setting name came from.
+func (c config) src(name string) string {
+	if s := c.from[name]; s != "" && s != "default" {
+		return s
+	}
+	return "--" + name
 }
 
 func (c config) validate() error {
 	var errs []error
+	add := func(name, format string, args ...any) {
+		errs = append(errs, fmt.Errorf("%s: "+format, append([]any{c.src(name)}, args...)...))
+	}
 	if _, err := parseLevel(c.LogLevel); err != nil {
-		errs = append(errs, err)
+		add("log-level", "%q: want debug, info, warn or error", c.LogLevel)
 	}
 	if c.LogFormat != "json" && c.LogFormat != "text" {
-		errs = append(errs, fmt.Errorf("--log-format %q: want json or text", c.LogFormat))
-	}
-	if c.ShutdownTimeout <= 0 {
-		errs = append(errs, errors.New("--shutdown-timeout must be positive"))
+		add("log-format", "%q: want json or text", c.LogFormat)
 	}
 	if c.Service == "" {
-		errs = append(errs, errors.New("--service must not be empty"))
+		add("service", "must not be empty")
+	}
+	for _, name := range []string{"grpc-addr", "http-addr", "debug-addr", "prometheus-addr"} {
+		if err := checkAddr(c.addr(name), name == "grpc-addr" || name == "http-addr"); err != nil {
+			add(name, "%v", err)
+		}
+	}
+	if err := c.GRPCTLS.check(c.src); err != nil {
+		errs = append(errs, err)
+	}
+	if err := c.RedisTLS.check(c.src); err != nil {
+		errs = append(errs, err)
 	}
 	return errors.Join(errs...)
+}
+
+func (c config) addr(name string) string {
+	switch name {
+	case "grpc-addr":
+		return c.GRPCAddr
+	case "http-addr":
+		return c.HTTPAddr
+	case "debug-addr":
+		return c.DebugAddr
+	}
+	return c.PrometheusAddr
+}
+
+// checkAddr checks a listen address, host:port; empty is allowed when
+// the listener is optional.
+func checkAddr(addr string, required bool) error {
+	if addr == "" {
+		if required {
+			return errors.New("empty address")
+		}
+		return nil
+	}
+	_, port, err := net.SplitHostPort(addr)
+	if err != nil {
+		return fmt.Errorf("%q is not host:port", addr)
+	}
+	if _, err := parsePort(port); err != nil {
+		return fmt.Errorf("%q: %w", addr, err)
+	}
+	return nil
 }
 
 func parseLevel(s string) (slog.Level, error) {

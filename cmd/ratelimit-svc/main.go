@@ -1,6 +1,8 @@
 // Command ratelimit-svc serves Envoy's Rate Limit Service v3 and external
-// processor over the policies of a directory, with health, reflection and
-// an HTTP port for /healthcheck, /metrics, /json and /debug.
+// processor over the policies of a directory, with health and reflection,
+// an HTTP port for /healthcheck, /metrics and /json, and a debug port for
+// operators (pprof, /debug/config, /debug/keys, /rlconfig). It also runs
+// on envoyproxy/ratelimit's environment variables, as a drop-in.
 package main
 
 import (
@@ -66,6 +68,12 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		return err
 	}
 	log := newLogger(cfg, stdout)
+	if err := xdsStartError(cfg.Xds); err != nil {
+		return err
+	}
+	for _, n := range cfg.Notes {
+		log.Warn(n)
+	}
 	headers, err := envoyapi.ParseHeaderMode(cfg.ResponseHeaders)
 	if err != nil {
 		return err
@@ -101,8 +109,12 @@ type app struct {
 	grpc     *grpc.Server
 	health   *health.Server
 	http     *http.Server
+	prom     *http.Server // nil without --prometheus-addr
+	debug    *http.Server // nil when off or its address was taken
 	grpcLis  net.Listener
 	httpLis  net.Listener
+	promLis  net.Listener
+	debugLis net.Listener
 }
 
 // serve runs every part until ctx ends, then shuts down in order: health
@@ -110,20 +122,23 @@ type app struct {
 func (a *app) serve(ctx context.Context) error {
 	bg, cancelBG := context.WithCancel(context.WithoutCancel(ctx))
 	var wg sync.WaitGroup
-	errs := make(chan error, 4)
+	errs := make(chan error, 6)
 	wg.Go(func() { errs <- a.lim.Run(bg) })
 	wg.Go(func() { errs <- a.pol.Run(bg) })
 	wg.Go(func() { errs <- a.grpc.Serve(a.grpcLis) })
-	wg.Go(func() {
-		if err := a.http.Serve(a.httpLis); !errors.Is(err, http.ErrServerClosed) {
-			errs <- err
-		}
-	})
+	for _, s := range a.httpServers() {
+		wg.Go(func() {
+			if err := s.srv.Serve(s.lis); !errors.Is(err, http.ErrServerClosed) {
+				errs <- err
+			}
+		})
+	}
 	mode := "local"
 	if a.lim.Shared() {
 		mode = "redis"
 	}
 	a.log.Info("serving", "grpc", a.grpcLis.Addr().String(), "http", a.httpLis.Addr().String(),
+		"debug", addrOf(a.debugLis), "prometheus", addrOf(a.promLis), "tls", a.cfg.GRPCTLS.enabled(),
 		"config", a.cfg.ConfigPath, "mode", mode, "service", a.cfg.Service, "replica", a.cfg.ReplicaID)
 	var runErr error
 	select {
@@ -157,9 +172,36 @@ func (a *app) drain() {
 	}
 	hctx, cancel := context.WithDeadline(context.Background(), deadline)
 	defer cancel()
-	if err := a.http.Shutdown(hctx); err != nil {
-		a.http.Close()
+	for _, s := range a.httpServers() {
+		if err := s.srv.Shutdown(hctx); err != nil {
+			s.srv.Close()
+		}
 	}
+}
+
+type httpServer struct {
+	srv *http.Server
+	lis net.Listener
+}
+
+// httpServers are the HTTP servers that run: the HTTP port, and the
+// Prometheus and debug ports when they are on.
+func (a *app) httpServers() []httpServer {
+	out := []httpServer{{a.http, a.httpLis}}
+	if a.prom != nil {
+		out = append(out, httpServer{a.prom, a.promLis})
+	}
+	if a.debug != nil {
+		out = append(out, httpServer{a.debug, a.debugLis})
+	}
+	return out
+}
+
+func addrOf(l net.Listener) string {
+	if l == nil {
+		return ""
+	}
+	return l.Addr().String()
 }
 
 // registerGRPC puts RLS, ext_proc, health and reflection on one server.

@@ -39,19 +39,20 @@ func freeAddr(t *testing.T) string {
 }
 
 type service struct {
-	grpcAddr, httpAddr string
-	done               chan error
-	cancel             context.CancelFunc
-	logs               *syncWriter
+	grpcAddr, httpAddr, debugAddr string
+	done                          chan error
+	cancel                        context.CancelFunc
+	logs                          *syncWriter
 }
 
 // start runs the service in-process, as main does, on free loopback ports.
 func start(t *testing.T, configPath string, extra ...string) *service {
 	t.Helper()
-	s := &service{grpcAddr: freeAddr(t), httpAddr: freeAddr(t), done: make(chan error, 1), logs: &syncWriter{b: new(bytes.Buffer)}}
+	s := &service{grpcAddr: freeAddr(t), httpAddr: freeAddr(t), debugAddr: freeAddr(t), done: make(chan error, 1), logs: &syncWriter{b: new(bytes.Buffer)}}
 	ctx, cancel := context.WithCancel(context.Background())
 	s.cancel = cancel
-	args := append([]string{"--config", configPath, "--grpc-addr", s.grpcAddr, "--http-addr", s.httpAddr}, extra...)
+	args := append([]string{"--config", configPath, "--grpc-addr", s.grpcAddr, "--http-addr", s.httpAddr,
+		"--debug-addr", s.debugAddr}, extra...)
 	go func() { s.done <- run(ctx, args, func(string) string { return "" }, s.logs, io.Discard) }()
 	t.Cleanup(func() { cancel(); <-s.done })
 	waitHTTP(t, "http://"+s.httpAddr+"/healthcheck")
@@ -104,10 +105,10 @@ func TestServesExampleConfig(t *testing.T) {
 	if !strings.Contains(metrics, `ratelimit_decisions_total{domain="api",mode="local",outcome="over_limit"} 1`) {
 		t.Fatalf("metrics:\n%s", metrics)
 	}
-	if cfg := get(t, "http://"+s.httpAddr+"/debug/config"); !strings.Contains(cfg, `"api"`) {
+	if cfg := get(t, "http://"+s.debugAddr+"/debug/config"); !strings.Contains(cfg, `"api"`) {
 		t.Fatalf("/debug/config:\n%s", cfg)
 	}
-	if keys := get(t, "http://"+s.httpAddr+"/debug/keys?prefix=api|remote_address=198.51.100.1"); !strings.Contains(keys, "198.51.100.1") {
+	if keys := get(t, "http://"+s.debugAddr+"/debug/keys?prefix=api|remote_address=198.51.100.1"); !strings.Contains(keys, "198.51.100.1") {
 		t.Fatalf("/debug/keys:\n%s", keys)
 	}
 }

@@ -34,6 +34,7 @@ type redisOptions struct {
 //
 //	redis://[user:password@]host:port[/db][?option=value...]   one node
 //	rediss://...                                                one node, TLS
+//	unix://[user:password@]/path/to/socket[?db=N]               one node, Unix socket
 //	redis-sentinel://[:password@]host:port[,host:port...]/master[?db=N&sentinel_password=P]
 //	host:port,host:port...  or  redis://host:port,redis://host:port...   Cluster seeds
 //
@@ -42,13 +43,19 @@ type redisOptions struct {
 // password and scheme, and hold no database or options; a lone host:port
 // is refused as ambiguous (write redis://host:port for one node).
 //
+// TLS is on for rediss:// seeds and nodes, and for any form when t is
+// Enabled; t's files then give the client certificate and the CA.
+//
 // The client never retries a command: the limiter's next sync round is
 // the retry, and a retried script would charge its hits twice. It obeys
 // context deadlines.
-func newRedisClient(rawURL string) (redis.UniversalClient, error) {
+func newRedisClient(rawURL string, t redisTLS) (redis.UniversalClient, error) {
 	o, err := parseRedisURL(rawURL)
 	if err != nil {
 		return nil, err
+	}
+	if err := o.applyTLS(t); err != nil {
+		return nil, fmt.Errorf("redis TLS: %w", err)
 	}
 	switch {
 	case o.failover != nil:
@@ -77,7 +84,7 @@ func parseRedisURL(rawURL string) (redisOptions, error) {
 			return redisOptions{}, fmt.Errorf("redis cluster seeds: %w", err)
 		}
 		return redisOptions{cluster: o}, nil
-	case strings.HasPrefix(s, "redis://") || strings.HasPrefix(s, "rediss://"):
+	case strings.HasPrefix(s, "redis://") || strings.HasPrefix(s, "rediss://") || strings.HasPrefix(s, "unix://"):
 		o, err := redis.ParseURL(s)
 		if err != nil {
 			return redisOptions{}, fmt.Errorf("redis URL: %w", redact(err))
@@ -87,8 +94,45 @@ func parseRedisURL(rawURL string) (redisOptions, error) {
 	case !strings.Contains(s, "://"):
 		return redisOptions{}, fmt.Errorf("redis URL %q: a lone host:port is ambiguous: write redis://%s for one node, or list cluster seeds separated by commas", s, s)
 	default:
-		return redisOptions{}, errors.New("redis URL: scheme must be redis, rediss or redis-sentinel")
+		return redisOptions{}, errors.New("redis URL: scheme must be redis, rediss, unix or redis-sentinel")
 	}
+}
+
+// applyTLS sets the client's TLS from t's files where TLS is on: the URL
+// asked for it (rediss://) or t.Enabled. The server name is each
+// address's host.
+func (o redisOptions) applyTLS(t redisTLS) error {
+	var on bool
+	switch {
+	case o.single != nil:
+		on = o.single.TLSConfig != nil || (t.Enabled && o.single.Network != "unix")
+	case o.cluster != nil:
+		on = o.cluster.TLSConfig != nil || t.Enabled
+	case o.failover != nil:
+		on = t.Enabled
+	}
+	if !on {
+		if t.Cert != "" || t.CA != "" {
+			return errors.New("client certificate or CA given but TLS is off: use rediss:// or REDIS_TLS=true")
+		}
+		return nil
+	}
+	c, err := clientTLSConfig(t)
+	if err != nil {
+		return err
+	}
+	switch {
+	case o.single != nil:
+		if o.single.TLSConfig != nil {
+			c.InsecureSkipVerify = c.InsecureSkipVerify || o.single.TLSConfig.InsecureSkipVerify // ?skip_verify=true
+		}
+		o.single.TLSConfig = c
+	case o.cluster != nil:
+		o.cluster.TLSConfig = c
+	default:
+		o.failover.TLSConfig = c
+	}
+	return nil
 }
 
 // redact drops the URL from url.Parse errors, which may hold a password.

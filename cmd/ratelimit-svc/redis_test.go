@@ -142,7 +142,7 @@ func TestNewRedisClient(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			c, err := newRedisClient(tt.give)
+			c, err := newRedisClient(tt.give, redisTLS{})
 			if err != nil {
 				t.Fatal(err)
 			}

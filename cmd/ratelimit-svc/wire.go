@@ -7,13 +7,12 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
-	"net/http/pprof"
 	"runtime"
-	"strconv"
 
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/metric"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/health"
 
 	"github.com/ratelimit-svc/ratelimit-svc/pkg/envoyapi"
@@ -38,9 +37,9 @@ func wire(cfg config, log *slog.Logger, tel *telemetry, tr *tracing, headers env
 	limOpts := []limiter.Option{limiter.WithLogger(log.With("component", "limiter")),
 		limiter.WithMeterProvider(tel.provider)}
 	if cfg.RedisURL != "" {
-		client, err := newRedisClient(cfg.RedisURL)
+		client, err := newRedisClient(cfg.RedisURL, cfg.RedisTLS)
 		if err != nil {
-			return nil, fmt.Errorf("--redis-url: %w", err)
+			return nil, fmt.Errorf("%s: %w", cfg.src("redis-url"), err)
 		}
 		a.redis = client
 		limOpts = append(limOpts, limiter.WithStore(redisstore.New(client, cfg.Service), cfg.ReplicaID))
@@ -55,19 +54,68 @@ func wire(cfg config, log *slog.Logger, tel *telemetry, tr *tracing, headers env
 	xp := envoyapi.NewExtProc(pol, envoyapi.ExtProcDeps{Limits: a.lim, Slots: a.lim, Breakers: breakers},
 		envoyapi.WithLogger(log.With("component", "extproc")), envoyapi.WithMeterProvider(tel.provider))
 	a.health = health.NewServer()
-	a.grpc = grpc.NewServer(append(grpcServerOptions(), tr.serverOptions()...)...)
-	registerGRPC(a.grpc, a.rls, xp, a.health)
-	a.http = &http.Server{Handler: a.routes(), ReadHeaderTimeout: httpHeaderTimeout}
-	if a.grpcLis, err = net.Listen("tcp", cfg.GRPCAddr); err != nil {
-		a.close()
-		return nil, fmt.Errorf("--grpc-addr: %w", err)
+	opts := append(grpcServerOptions(), tr.serverOptions()...)
+	if cfg.GRPCTLS.enabled() {
+		rel, err := newCertReloader(cfg.GRPCTLS, log.With("component", "grpc-tls"))
+		if err != nil {
+			a.close()
+			return nil, fmt.Errorf("%s: %w", cfg.src("grpc-tls-cert"), err)
+		}
+		opts = append(opts, grpc.Creds(credentials.NewTLS(rel.serverConfig())))
 	}
-	if a.httpLis, err = net.Listen("tcp", cfg.HTTPAddr); err != nil {
-		a.grpcLis.Close()
+	a.grpc = grpc.NewServer(opts...)
+	registerGRPC(a.grpc, a.rls, xp, a.health)
+	if err := a.listen(); err != nil {
 		a.close()
-		return nil, fmt.Errorf("--http-addr: %w", err)
+		return nil, err
 	}
 	return a, nil
+}
+
+// listen binds every port. The gRPC, HTTP and Prometheus ports must bind;
+// the debug port is for operators, so when it is taken the service warns
+// and runs without it.
+func (a *app) listen() error {
+	cfg := a.cfg
+	a.http = &http.Server{Handler: a.routes(), ReadHeaderTimeout: httpHeaderTimeout}
+	binds := []struct {
+		name, addr string
+		lis        *net.Listener
+	}{{"grpc-addr", cfg.GRPCAddr, &a.grpcLis}, {"http-addr", cfg.HTTPAddr, &a.httpLis}, {"prometheus-addr", cfg.PrometheusAddr, &a.promLis}}
+	for _, b := range binds {
+		if b.addr == "" {
+			continue
+		}
+		l, err := net.Listen("tcp", b.addr)
+		if err != nil {
+			a.closeListeners()
+			return fmt.Errorf("%s: %w", cfg.src(b.name), err)
+		}
+		*b.lis = l
+	}
+	if a.promLis != nil {
+		a.prom = &http.Server{Handler: a.metricsRoutes(), ReadHeaderTimeout: httpHeaderTimeout}
+	}
+	if cfg.DebugAddr == "" {
+		return nil
+	}
+	l, err := net.Listen("tcp", cfg.DebugAddr)
+	if err != nil {
+		a.log.Warn("debug listener not started: serving without it", "addr", cfg.DebugAddr, "err", err)
+		return nil
+	}
+	a.debugLis = l
+	a.debug = &http.Server{Handler: a.debugRoutes(), ReadHeaderTimeout: httpHeaderTimeout}
+	return nil
+}
+
+// closeListeners closes the listeners bound so far (before serve owns them).
+func (a *app) closeListeners() {
+	for _, l := range []net.Listener{a.grpcLis, a.httpLis, a.promLis, a.debugLis} {
+		if l != nil {
+			l.Close()
+		}
+	}
 }
 
 // close releases what wire opened beyond the listeners (serve closes those).
@@ -93,18 +141,20 @@ func (a *app) countReload(r policy.Result) {
 	a.tel.reloads.Add(context.Background(), 1, metric.WithAttributes(attribute.String("result", result)))
 }
 
-// routes is the HTTP port: health, metrics, the JSON twin of
-// ShouldRateLimit and the operators' debug views.
+// routes is the HTTP port, meant to be exposed: health, metrics and the
+// JSON twin of ShouldRateLimit. Nothing on it lists keys or policies.
 func (a *app) routes() http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /healthcheck", a.healthcheck)
 	mux.Handle("GET /metrics", a.tel.handler())
 	mux.Handle("/json", envoyapi.JSONHandler(a.rls))
-	mux.HandleFunc("GET /debug/config", a.debugConfig)
-	mux.HandleFunc("GET /debug/keys", a.debugKeys)
-	mux.HandleFunc("GET /debug/pprof/", pprof.Index)
-	mux.HandleFunc("GET /debug/pprof/profile", pprof.Profile)
-	mux.HandleFunc("GET /debug/pprof/trace", pprof.Trace)
+	return mux
+}
+
+// metricsRoutes is the Prometheus port (PROMETHEUS_ADDR): /metrics only.
+func (a *app) metricsRoutes() http.Handler {
+	mux := http.NewServeMux()
+	mux.Handle("GET /metrics", a.tel.handler())
 	return mux
 }
 
@@ -114,30 +164,6 @@ func (a *app) healthcheck(w http.ResponseWriter, _ *http.Request) {
 		return
 	}
 	w.Write([]byte("OK\n"))
-}
-
-func (a *app) debugConfig(w http.ResponseWriter, _ *http.Request) {
-	writeJSON(w, a.pol.Current())
-}
-
-// debugKeys shows the live state of keys starting with ?prefix= (at most
-// ?limit=, default 100).
-func (a *app) debugKeys(w http.ResponseWriter, r *http.Request) {
-	limit := 100
-	if s := r.URL.Query().Get("limit"); s != "" {
-		n, err := strconv.Atoi(s)
-		if err != nil || n <= 0 {
-			http.Error(w, "limit must be a positive integer", http.StatusBadRequest)
-			return
-		}
-		limit = n
-	}
-	keys := a.lim.Snapshot(r.URL.Query().Get("prefix"), limit)
-	mode := "local"
-	if a.lim.Shared() {
-		mode = "redis"
-	}
-	writeJSON(w, map[string]any{"mode": mode, "replica": a.cfg.ReplicaID, "keys": keys, "total_keys": a.lim.Keys(), "engine": a.lim.Stats()})
 }
 
 func writeJSON(w http.ResponseWriter, v any) {
