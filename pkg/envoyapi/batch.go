@@ -34,23 +34,31 @@ type plan struct {
 	key      []byte
 	hits     uint64
 	op       limiter.Op
-	batchIdx int // index into reqs/results when limited
+	shadow   bool // the descriptor's shadow_mode: never denies, status OK
+	quota    bool // the descriptor's quota_mode (see overallOver)
+	solo     bool // decided alone, outside the request's atomic batch
+	batchIdx int  // index into reqs/results when limited
 }
 
 // batch is the reusable working state of one ShouldRateLimit call.
 type batch struct {
-	plans   []plan
-	reqs    []limiter.Request
-	results []limiter.Result
+	plans    []plan
+	reqs     []limiter.Request // the atomic batch [:main], then solo requests
+	results  []limiter.Result
+	main     int
+	charging Charging
+	usage    bool // a usage report: every charge is recorded (see isUsageReport)
+	shadow   bool // global shadow mode
 }
 
-func (b *batch) reset(n int) {
+func (b *batch) reset(n int, charging Charging) {
 	b.plans = slices.Grow(b.plans[:0], n)[:n]
 	for i := range b.plans {
 		b.plans[i] = plan{key: b.plans[i].key[:0]}
 	}
 	b.reqs = b.reqs[:0]
 	b.results = b.results[:0]
+	b.main, b.charging, b.usage, b.shadow = 0, charging, false, false
 }
 
 // plan resolves descriptor i: the matching node along its entry path, the
@@ -76,6 +84,8 @@ func (b *batch) plan(i int, req *ratelimitv3.RateLimitRequest, d *rlcommonv3.Rat
 	default:
 		p.kind, p.rule = limited, p.limit.Rule
 		p.key = limiter.AppendPart(p.key, p.limit.Fingerprint)
+		p.shadow, p.quota = p.limit.ShadowMode, p.limit.QuotaMode
+		b.chargeRule(p)
 	}
 	return nil
 }
@@ -93,6 +103,7 @@ func (b *batch) planOverride(p *plan, o *rlcommonv3.RateLimitDescriptor_RateLimi
 	}
 	p.kind, p.rule, p.override = limited, rule, o
 	p.key = limiter.AppendPart(p.key, rule.Fingerprint())
+	b.chargeRule(p)
 	return nil
 }
 
@@ -113,18 +124,25 @@ func (b *batch) applyReplaces() {
 	}
 }
 
-// collect builds the limiter batch from the limited plans.
+// collect builds the limiter requests from the limited plans: first the
+// atomic batch, then the requests decided alone. Shadow, quota-mode and
+// globally shadowed requests never deny the batch: overallOver decides.
 func (b *batch) collect() {
-	for i := range b.plans {
-		p := &b.plans[i]
-		if p.kind != limited {
-			continue
+	for _, solo := range []bool{false, true} {
+		for i := range b.plans {
+			p := &b.plans[i]
+			if p.kind != limited || p.solo != solo {
+				continue
+			}
+			p.batchIdx = len(b.reqs)
+			b.reqs = append(b.reqs, limiter.Request{
+				Key: p.key, Rule: p.rule, Hits: p.hits, Op: p.op,
+				Shadow: p.shadow || p.quota || b.shadow,
+			})
 		}
-		p.batchIdx = len(b.reqs)
-		b.reqs = append(b.reqs, limiter.Request{
-			Key: p.key, Rule: p.rule, Hits: p.hits, Op: p.op,
-			Shadow: p.limit != nil && p.limit.ShadowMode && p.override == nil,
-		})
+		if !solo {
+			b.main = len(b.reqs)
+		}
 	}
 	b.results = slices.Grow(b.results[:0], len(b.reqs))[:len(b.reqs)]
 }
@@ -136,11 +154,10 @@ func (b *batch) respond() *ratelimitv3.RateLimitResponse {
 		Statuses:    make([]*ratelimitv3.RateLimitResponse_DescriptorStatus, len(b.plans)),
 	}
 	for i := range b.plans {
-		st := b.status(&b.plans[i])
-		if st.Code == ratelimitv3.RateLimitResponse_OVER_LIMIT {
-			resp.OverallCode = ratelimitv3.RateLimitResponse_OVER_LIMIT
-		}
-		resp.Statuses[i] = st
+		resp.Statuses[i] = b.status(&b.plans[i])
+	}
+	if b.overallOver() {
+		resp.OverallCode = ratelimitv3.RateLimitResponse_OVER_LIMIT
 	}
 	return resp
 }
@@ -155,8 +172,7 @@ func (b *batch) status(p *plan) *ratelimitv3.RateLimitResponse_DescriptorStatus 
 		return st
 	}
 	r := b.results[p.batchIdx]
-	shadow := b.reqs[p.batchIdx].Shadow
-	if !r.Allowed && !shadow && p.op != limiter.Refund {
+	if b.over(p) {
 		st.Code = ratelimitv3.RateLimitResponse_OVER_LIMIT
 	}
 	st.CurrentLimit = currentLimit(p)

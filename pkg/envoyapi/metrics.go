@@ -110,11 +110,11 @@ func outcomeOf(b *batch, p *plan) string {
 	case unlimited:
 		return outcomeUnlimited
 	}
-	r, req := b.results[p.batchIdx], b.reqs[p.batchIdx]
+	r := b.results[p.batchIdx]
 	switch {
-	case r.Allowed || req.Op == limiter.Refund:
+	case r.Allowed || p.op == limiter.Refund:
 		return outcomeOK
-	case req.Shadow:
+	case p.shadow || b.shadow:
 		return outcomeShadow
 	}
 	return outcomeOver

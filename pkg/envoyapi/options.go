@@ -36,9 +36,11 @@ func ParseHeaderMode(s string) (HeaderMode, error) {
 }
 
 type options struct {
-	log     *slog.Logger
-	meter   metric.Meter
-	headers HeaderMode
+	log      *slog.Logger
+	meter    metric.Meter
+	headers  HeaderMode
+	charging Charging
+	metadata bool
 }
 
 // Option configures a server of this package.
@@ -54,6 +56,15 @@ func WithMeterProvider(mp metric.MeterProvider) Option {
 
 // WithResponseHeaders selects the headers the RLS adds to responses.
 func WithResponseHeaders(m HeaderMode) Option { return func(o *options) { o.headers = m } }
+
+// WithCharging sets what a request charges when a descriptor is over its
+// limit; the default, ChargeAdmitted, charges nothing for a denied
+// request. ChargingFor gives envoyproxy/ratelimit's modes.
+func WithCharging(c Charging) Option { return func(o *options) { o.charging = c } }
+
+// WithDynamicMetadata makes the RLS return envoyproxy/ratelimit's
+// RESPONSE_DYNAMIC_METADATA struct (see dynamicMetadata); off by default.
+func WithDynamicMetadata(on bool) Option { return func(o *options) { o.metadata = on } }
 
 const meterName = "github.com/ratelimit-svc/ratelimit-svc/pkg/envoyapi"
 

@@ -32,6 +32,8 @@ type RLS struct {
 	policies Policies
 	decider  Decider
 	headers  HeaderMode
+	charging Charging
+	metadata bool
 	log      *slog.Logger
 	metrics  *rlsMetrics
 	scratch  sync.Pool
@@ -44,26 +46,28 @@ func NewRLS(p Policies, d Decider, opts ...Option) *RLS {
 		policies: p,
 		decider:  d,
 		headers:  o.headers,
+		charging: o.charging,
+		metadata: o.metadata,
 		log:      o.log,
 		metrics:  newRLSMetrics(o.meter),
 		scratch:  sync.Pool{New: func() any { return new(batch) }},
 	}
 }
 
-// ShouldRateLimit decides every descriptor of req together: if any is over
-// its limit, none is charged and the answer is OVER_LIMIT.
+// ShouldRateLimit decides every descriptor of req together. The answer is
+// OVER_LIMIT when a descriptor is over its limit (quota-mode descriptors
+// only when all of them are); what is charged then depends on the
+// Charging mode (WithCharging): by default, nothing.
 func (s *RLS) ShouldRateLimit(ctx context.Context, req *ratelimitv3.RateLimitRequest) (*ratelimitv3.RateLimitResponse, error) {
 	if err := validate(req); err != nil {
 		return nil, toStatus(err)
 	}
 	b := s.scratch.Get().(*batch)
 	defer s.scratch.Put(b)
-	b.reset(len(req.Descriptors))
+	b.reset(len(req.Descriptors), s.charging)
 	snap := s.policies.Current()
-	var root *policy.Node
-	if snap != nil {
-		root = snap.Domain(req.Domain)
-	}
+	root := snap.Domain(req.Domain)
+	b.usage, b.shadow = isUsageReport(req), snap.ShadowMode()
 	for i, d := range req.Descriptors {
 		if err := b.plan(i, req, d, root); err != nil {
 			return nil, toStatus(err)
@@ -71,10 +75,13 @@ func (s *RLS) ShouldRateLimit(ctx context.Context, req *ratelimitv3.RateLimitReq
 	}
 	b.applyReplaces()
 	b.collect()
-	if _, err := s.decider.Decide(b.reqs, b.results); err != nil {
+	if err := s.decide(b); err != nil {
 		return nil, toStatus(err)
 	}
 	resp := b.respond()
+	if s.metadata {
+		resp.DynamicMetadata = dynamicMetadata(req, b)
+	}
 	if s.headers != HeadersOff {
 		resp.ResponseHeadersToAdd = rateLimitHeaders(s.headers, resp.Statuses)
 	}
@@ -97,7 +104,7 @@ func (s *RLS) logDenials(ctx context.Context, domain string, b *batch) {
 		if p.kind != limited || b.results[p.batchIdx].Allowed || p.op == limiter.Refund {
 			continue
 		}
-		shadow := b.reqs[p.batchIdx].Shadow
+		shadow := p.shadow || b.shadow
 		level := slog.LevelDebug
 		if shadow {
 			level = slog.LevelInfo

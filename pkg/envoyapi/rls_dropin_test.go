@@ -1,0 +1,143 @@
+package envoyapi_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	rlcommonv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
+	ratelimitv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"google.golang.org/grpc"
+	"google.golang.org/protobuf/types/known/wrapperspb"
+
+	"github.com/ratelimit-svc/ratelimit-svc/pkg/envoyapi"
+	"github.com/ratelimit-svc/ratelimit-svc/pkg/envoyapi/envoytest"
+	"github.com/ratelimit-svc/ratelimit-svc/pkg/limiter"
+	"github.com/ratelimit-svc/ratelimit-svc/pkg/limiter/limitertest"
+	"github.com/ratelimit-svc/ratelimit-svc/pkg/policy"
+)
+
+// dropinPolicy is written as Envoy Gateway and AI Gateway configure
+// envoyproxy/ratelimit, plus a token bucket and an always_charge rule.
+const dropinPolicy = `
+domain: ai
+descriptors:
+  - key: backend
+    value: a
+    quota_mode: true
+    metadata: {route: {pool: a, weight: 2}}
+    rate_limit: {unit: minute, requests_per_unit: 2}
+  - key: backend
+    value: b
+    quota_mode: true
+    metadata: {route: {pool: b}, spill: true}
+    rate_limit: {unit: minute, requests_per_unit: 1}
+  - key: user
+    metadata: {tier: free}
+    rate_limit: {unit: minute, requests_per_unit: 3}
+  - key: tokens
+    rate_limit: {unit: minute, requests_per_unit: 100}
+  - key: tb
+    rate_limit: {unit: minute, requests_per_unit: 60, algorithm: token_bucket, burst: 2}
+  - key: debt
+    rate_limit: {unit: minute, requests_per_unit: 5, always_charge: true}
+`
+
+// newDropinRig serves dropinPolicy over loopback gRPC.
+func newDropinRig(t *testing.T, load policy.LoadOptions, opts ...envoyapi.Option) *rig {
+	t.Helper()
+	snap := policy.CompileWith(load, policy.File{Name: "ai.yaml", Data: []byte(dropinPolicy)})
+	if policy.HasErrors(snap.Problems()) {
+		t.Fatalf("policy: %v", snap.Problems())
+	}
+	clk := limitertest.NewClock(t0)
+	rls := envoyapi.NewRLS(staticPolicies{snap}, limiter.New(limiter.WithClock(clk)), opts...)
+	conn := envoytest.Loopback(t, func(s *grpc.Server) { envoyapi.RegisterRLS(s, rls) })
+	return &rig{t: t, clk: clk, client: ratelimitv3.NewRateLimitServiceClient(conn), rls: rls}
+}
+
+// raw calls ShouldRateLimit without the rig's "overall iff any" check.
+func (r *rig) raw(ds ...*rlcommonv3.RateLimitDescriptor) *ratelimitv3.RateLimitResponse {
+	r.t.Helper()
+	resp, err := r.client.ShouldRateLimit(context.Background(), &ratelimitv3.RateLimitRequest{Domain: "ai", Descriptors: ds})
+	if err != nil {
+		r.t.Fatalf("ShouldRateLimit: %v", err)
+	}
+	return resp
+}
+
+func hits(d *rlcommonv3.RateLimitDescriptor, n uint64) *rlcommonv3.RateLimitDescriptor {
+	d.HitsAddend = wrapperspb.UInt64(n)
+	return d
+}
+
+// left checks, without consuming, how many units a descriptor has left.
+func (r *rig) left(kv ...string) uint32 {
+	r.t.Helper()
+	return r.raw(hits(desc(kv...), 0)).Statuses[0].LimitRemaining
+}
+
+// refund gives n units back to a descriptor.
+func (r *rig) refund(n uint64, kv ...string) {
+	r.t.Helper()
+	d := hits(desc(kv...), n)
+	d.IsNegativeHits = true
+	r.raw(d)
+}
+
+func expect(t *testing.T, resp *ratelimitv3.RateLimitResponse, overall ratelimitv3.RateLimitResponse_Code, sts ...ratelimitv3.RateLimitResponse_Code) {
+	t.Helper()
+	got := codes1(resp)
+	if resp.OverallCode != overall || len(got) != len(sts) {
+		t.Fatalf("overall %v statuses %v, want %v %v", resp.OverallCode, got, overall, sts)
+	}
+	for i := range sts {
+		if got[i] != sts[i] {
+			t.Fatalf("statuses %v, want %v", got, sts)
+		}
+	}
+}
+
+func TestQuotaModeDeniesOnlyWhenEveryQuotaDescriptorIsOver(t *testing.T) {
+	r := newDropinRig(t, policy.LoadOptions{})
+	a, b := func() *rlcommonv3.RateLimitDescriptor { return desc("backend", "a") }, func() *rlcommonv3.RateLimitDescriptor { return desc("backend", "b") }
+	expect(t, r.raw(a(), b()), ok, ok, ok)
+	// b's quota is spent: its status says so, the request passes on a.
+	expect(t, r.raw(a(), b()), ok, ok, over)
+	if n := r.left("backend", "a"); n != 0 {
+		t.Fatalf("the admitted request charges a: %d left", n)
+	}
+	// Every quota descriptor over: denied.
+	expect(t, r.raw(a(), b()), over, over, over)
+	r.clk.Advance(time.Minute)
+	// A descriptor not in quota mode that is over denies alone.
+	for range 3 {
+		r.raw(desc("user", "u"))
+	}
+	expect(t, r.raw(a(), desc("user", "u")), over, ok, over)
+	if n := r.left("backend", "a"); n != 2 {
+		t.Fatalf("a denied request charged a: %d left", n)
+	}
+}
+
+func TestQuotaDenialChargesNothing(t *testing.T) {
+	r := newDropinRig(t, policy.LoadOptions{})
+	r.raw(desc("backend", "b"))
+	// b is the only quota descriptor and it is over: the request is
+	// denied although user passed, and user keeps its 3.
+	expect(t, r.raw(desc("backend", "b"), desc("user", "v")), over, over, ok)
+	if n := r.left("user", "v"); n != 3 {
+		t.Fatalf("a denied request charged user: %d left", n)
+	}
+}
+
+func TestGlobalShadowModeAnswersOKKeepingStatuses(t *testing.T) {
+	r := newDropinRig(t, policy.LoadOptions{ShadowMode: true})
+	for range 3 {
+		expect(t, r.raw(desc("user", "s")), ok, ok)
+	}
+	expect(t, r.raw(desc("user", "s"), desc("tokens", "s")), ok, over, ok)
+	if n := r.left("tokens", "s"); n != 99 {
+		t.Fatalf("shadow mode admits, so tokens is charged: %d left", n)
+	}
+}
