@@ -326,6 +326,29 @@ func (cs *creditState) dropWaiter(w *waiter) (ok, served bool) {
 	}
 }
 
+// serveFromShare admits the waiters the key's static share now holds
+// units for: those that arrived in an epoch whose share was spent or not
+// held, or too near its end to use it, still waiting when the next epoch
+// began. Asking the store for them would find the budget held by the
+// shares, this replica's among them, and make the others release theirs.
+// cs.mu must be held.
+func (cs *creditState) serveFromShare(l *Limiter, now int64) {
+	if cs.share == nil || len(cs.waiters) == 0 {
+		return
+	}
+	kept := cs.waiters[:0]
+	for _, w := range cs.waiters {
+		if ok, _ := l.spendShare(cs, w.n, now, false); ok {
+			cs.waiting -= uint64(w.n)
+			w.done <- true
+			continue
+		}
+		kept = append(kept, w)
+	}
+	clear(cs.waiters[len(kept):])
+	cs.waiters = kept
+}
+
 // serveWaiters hands fresh credit to the waiters in arrival order; those it
 // cannot serve are denied when the view says they cannot fit soon. cs.mu
 // must be held.

@@ -54,6 +54,7 @@ func (cs *creditState) needsSync() bool {
 func (l *Limiter) prepare(cs *creditState, now int64) SyncItem {
 	cs.mu.Lock()
 	defer cs.mu.Unlock()
+	cs.serveFromShare(l, now)
 	cs.inflight, cs.sentAt, cs.asked, cs.collected = true, now, cs.waiting, false
 	cs.kicked.Store(false)
 	h := cs.hits.Swap(0)
@@ -66,7 +67,7 @@ func (l *Limiter) prepare(cs *creditState, now int64) SyncItem {
 	cs.unused = max(cs.credit.Load(), 0)
 	it := SyncItem{
 		Key: cs.key, Algorithm: cs.rule.Algorithm, Windows: cs.rule.Windows,
-		Unused: uint64(cs.unused), Want: want, Waiting: cs.waiting, Denied: uint64(cs.denied.Swap(0)),
+		Unused: uint64(cs.unused), Want: want, Waiting: cs.waitingFor(l, now), Denied: uint64(cs.denied.Swap(0)),
 		Share: cs.rule.Tuning.share(), Replicas: int(l.replicas.Load()), Lease: lease,
 	}
 	if now-cs.lastUse.Load() > int64(quietInterval) && len(cs.waiters) == 0 {
@@ -84,6 +85,22 @@ func (l *Limiter) prepare(cs *creditState, now int64) SyncItem {
 		it.Sharers, it.SharersNext = l.sharerCount(it.ShareEpoch*p), l.sharerCount((it.ShareEpoch+1)*p)
 	}
 	return it
+}
+
+// waitingFor is the units the round asks the store for on behalf of the
+// waiters: none while the key's share is within the clock's uncertainty
+// of an epoch boundary. The share of the epoch that begins may serve
+// them once it is known; the store, which counts that share as held by
+// this replica, would see them as pressing for the other replicas'
+// shares, and have those released for the rest of the epoch. cs.mu must
+// be held.
+func (cs *creditState) waitingFor(l *Limiter, now int64) uint64 {
+	if cs.waiting > 0 && cs.share != nil {
+		if _, at := l.spendShare(cs, 1, now, true); at > 0 {
+			return 0
+		}
+	}
+	return cs.waiting
 }
 
 // want sizes the credit to ask for from the key's rate until its next
@@ -198,6 +215,7 @@ func (l *Limiter) apply(cs *creditState, r *SyncResult) {
 		// end, on a slow store) serves nobody.
 		cs.serveWaiters()
 	}
+	cs.serveFromShare(l, now)
 	cs.refreshOverrun(l, now)
 	snow := l.storeNow(now)
 	cs.busy = len(cs.waiters) > 0 || cs.halfUsed(snow, false)

@@ -54,7 +54,10 @@ type keyRun struct {
 	denied   map[[2]uint64]uint64 // denials counted from measureFrom
 	// how: admits of a key window by replica and mode, for the report of
 	// a window over its limit.
-	how      map[[2]uint64]map[string]uint64
+	how map[[2]uint64]map[string]uint64
+	// slow lists the first decisions that waited for the store, from
+	// measureFrom.
+	slow     []string
 	requests uint64
 	waited   uint64 // decisions that waited for the store, from measureFrom
 	base     map[int]uint64
@@ -178,6 +181,9 @@ func (r *keyRun) drive() {
 			} else if measuring {
 				r.denied[w]++
 			}
+			if m := out[0].Mode; measuring && m != limiter.ModeLocal && len(r.slow) < 10 {
+				r.slow = append(r.slow, fmt.Sprintf("key %d on replica %d at %v: %v, allowed %v", k, li, at.Sub(r.start), m, ok))
+			}
 			r.mu.Unlock()
 		}
 		time.Sleep(tick)
@@ -223,8 +229,9 @@ func perMinute(limit uint64) *limiter.Rule {
 // TestSimManyKeysFarBelowLimit: 5 000 keys under a 100/minute rule at
 // 0.15 requests a second each (750 a second), on 1, 2 and 4 replicas,
 // for 70 s. Once the replicas hold their static shares (from the first
-// minute that begins a lease after they joined), nothing is denied, and
-// next to no decision waits for the store or makes a key sync.
+// minute that begins a lease after they joined), nothing is denied, no
+// decision waits for the store and no key syncs: the share hits ride
+// along at shutdown.
 func TestSimManyKeysFarBelowLimit(t *testing.T) {
 	for _, n := range []int{1, 2, 4} {
 		t.Run(fmt.Sprint(n, " replicas"), func(t *testing.T) {
@@ -243,16 +250,13 @@ func TestSimManyKeysFarBelowLimit(t *testing.T) {
 			}
 			t.Logf("%d requests; %d waited for the store; %d windows over; %d denied under the limit; %d sync rounds from 5 s after the warm-up",
 				r.requests, r.waited, over, under, rounds)
-			// A few runs in ten see a handful of decisions wait (at most 5
-			// of 52 000 so far), and their rounds; the cause is not found
-			// yet. Nothing is denied in any run.
-			if r.waited*10000 > r.requests {
-				t.Errorf("%d decisions of %d waited for the store after the shares began", r.waited, r.requests)
+			if r.waited > 0 {
+				t.Errorf("%d decisions of %d waited for the store after the shares began: %v", r.waited, r.requests, r.slow)
 			}
 			if len(r.denied) > 0 {
 				t.Errorf("%d key windows had denials", len(r.denied))
 			}
-			if rounds > 20 {
+			if rounds > 0 {
 				t.Errorf("%d sync rounds for keys far below their limit", rounds)
 			}
 		})
