@@ -48,12 +48,18 @@ type service struct {
 // start runs the service in-process, as main does, on free loopback ports.
 func start(t *testing.T, configPath string, extra ...string) *service {
 	t.Helper()
+	return startEnv(t, configPath, nil, extra...)
+}
+
+// startEnv is start with environment variables.
+func startEnv(t *testing.T, configPath string, env map[string]string, extra ...string) *service {
+	t.Helper()
 	s := &service{grpcAddr: freeAddr(t), httpAddr: freeAddr(t), debugAddr: freeAddr(t), done: make(chan error, 1), logs: &syncWriter{b: new(bytes.Buffer)}}
 	ctx, cancel := context.WithCancel(context.Background())
 	s.cancel = cancel
 	args := append([]string{"--config", configPath, "--grpc-addr", s.grpcAddr, "--http-addr", s.httpAddr,
 		"--debug-addr", s.debugAddr}, extra...)
-	go func() { s.done <- run(ctx, args, func(string) string { return "" }, s.logs, io.Discard) }()
+	go func() { s.done <- run(ctx, args, envOf(env), s.logs, io.Discard) }()
 	t.Cleanup(func() { cancel(); <-s.done })
 	waitHTTP(t, "http://"+s.httpAddr+"/healthcheck")
 	return s
