@@ -141,3 +141,112 @@ func TestGlobalShadowModeAnswersOKKeepingStatuses(t *testing.T) {
 		t.Fatalf("shadow mode admits, so tokens is charged: %d left", n)
 	}
 }
+
+func TestHitsAddendZeroChecksWithoutCharging(t *testing.T) {
+	r := newDropinRig(t, policy.LoadOptions{})
+	for range 3 {
+		expect(t, r.raw(hits(desc("tokens", "c"), 0), desc("user", "c")), ok, ok, ok)
+	}
+	if n := r.left("tokens", "c"); n != 100 {
+		t.Fatalf("checks consumed: %d left", n)
+	}
+	if n := r.left("user", "c"); n != 0 {
+		t.Fatalf("the charges beside the checks: %d left", n)
+	}
+	// Spent exactly: a check is OVER_LIMIT (not even one unit is left).
+	expect(t, r.raw(hits(desc("user", "c"), 0)), over, over)
+}
+
+// TestChargingModes: what a request that goes over charges, per mode.
+func TestChargingModes(t *testing.T) {
+	for _, tc := range []struct {
+		name     string
+		charging envoyapi.Charging
+		// tokensLeft after 3 admitted requests and a 4th denied by user;
+		// userOverAfterRefund: user's 4th hit was recorded.
+		tokensLeft          uint32
+		userOverAfterRefund bool
+	}{
+		{"ours", envoyapi.ChargeAdmitted, 97, false},
+		{"envoyproxy", envoyapi.ChargingFor(false), 96, true},
+		{"envoyproxy-stop-increment", envoyapi.ChargingFor(true), 97, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r := newDropinRig(t, policy.LoadOptions{}, envoyapi.WithCharging(tc.charging))
+			for range 3 {
+				expect(t, r.raw(desc("user", "m"), desc("tokens", "m")), ok, ok, ok)
+			}
+			expect(t, r.raw(desc("user", "m"), desc("tokens", "m")), over, over, ok)
+			if n := r.left("tokens", "m"); n != tc.tokensLeft {
+				t.Errorf("tokens: %d left, want %d", n, tc.tokensLeft)
+			}
+			r.refund(1, "user", "m")
+			if got := r.raw(hits(desc("user", "m"), 0)).OverallCode == over; got != tc.userOverAfterRefund {
+				t.Errorf("after a refund of 1, user over = %v, want %v (the over-limit hit recorded)", got, tc.userOverAfterRefund)
+			}
+		})
+	}
+}
+
+func TestStopIncrementChargesOnlyTheQuotaThatWentOver(t *testing.T) {
+	r := newDropinRig(t, policy.LoadOptions{}, envoyapi.WithCharging(envoyapi.ChargingFor(true)))
+	r.raw(desc("backend", "b"))
+	// Admitted on a, but b went over: envoyproxy/ratelimit then charges
+	// b alone.
+	expect(t, r.raw(desc("backend", "a"), desc("backend", "b")), ok, ok, over)
+	if n := r.left("backend", "a"); n != 2 {
+		t.Fatalf("a was charged: %d left", n)
+	}
+}
+
+func TestTokenBucketOverLimitRecordsNothingInAnyMode(t *testing.T) {
+	for _, c := range []envoyapi.Charging{envoyapi.ChargeAdmitted, envoyapi.ChargeAll, envoyapi.ChargeOverLimit} {
+		r := newDropinRig(t, policy.LoadOptions{}, envoyapi.WithCharging(c))
+		for range 2 {
+			r.raw(desc("tb", "x"))
+		}
+		for range 20 { // a client that keeps sending
+			expect(t, r.raw(desc("tb", "x")), over, over)
+		}
+		r.clk.Advance(time.Second) // one token at 60 a minute
+		if resp := r.raw(desc("tb", "x")); resp.OverallCode != ok {
+			t.Fatalf("charging %d: locked out after a refill: %v", c, resp.Statuses[0])
+		}
+	}
+}
+
+// TestUsageReportIsAlwaysRecorded: the stream-end call Envoy makes for
+// apply_on_stream_done, every descriptor with its own hits_addend.
+func TestUsageReportIsAlwaysRecorded(t *testing.T) {
+	r := newDropinRig(t, policy.LoadOptions{})
+	expect(t, r.raw(hits(desc("tokens", "u"), 80)), ok, ok)
+	// 50 more goes over: the answer says so, the tokens are counted.
+	expect(t, r.raw(hits(desc("tokens", "u"), 50), hits(desc("user", "u"), 1)), over, over, ok)
+	r.refund(20, "tokens", "u")
+	if resp := r.raw(hits(desc("tokens", "u"), 0)); resp.OverallCode != over {
+		t.Fatalf("130 counted, 20 refunded: still over, got %v", resp.Statuses[0])
+	}
+	if n := r.left("user", "u"); n != 2 {
+		t.Fatalf("the report's other descriptor: %d left", n)
+	}
+	// A request-time call (a descriptor without its own hits_addend) is
+	// not a report: denied, it charges nothing.
+	expect(t, r.raw(hits(desc("tokens", "v"), 150), desc("user", "v")), over, over, ok)
+	if n := r.left("user", "v"); n != 3 {
+		t.Fatalf("a denied request charged: %d left", n)
+	}
+}
+
+func TestAlwaysChargeAfterADenialIsRecorded(t *testing.T) {
+	r := newDropinRig(t, policy.LoadOptions{})
+	for range 3 {
+		r.raw(desc("user", "d"))
+	}
+	expect(t, r.raw(desc("user", "d"), hits(desc("debt", "d"), 2), desc("tokens", "d")), over, over, ok, ok)
+	if n := r.left("debt", "d"); n != 3 {
+		t.Fatalf("always_charge after the denial: %d left, want 3", n)
+	}
+	if n := r.left("tokens", "d"); n != 100 {
+		t.Fatalf("tokens charged by a denied request: %d left", n)
+	}
+}
