@@ -55,25 +55,29 @@ func finalStage(ins []instruction) []instruction {
 	return ins[last:]
 }
 
-func entrypoint(t *testing.T) []string {
+// command is the final stage's command line: ENTRYPOINT then CMD.
+func command(t *testing.T) []string {
 	t.Helper()
+	var argv []string
 	for _, in := range finalStage(dockerfile(t)) {
-		if in.cmd == "ENTRYPOINT" {
-			var argv []string
-			if err := json.Unmarshal([]byte(in.args), &argv); err != nil {
-				t.Fatalf("Dockerfile:%d: ENTRYPOINT is not exec form: %v", in.line, err)
+		if in.cmd == "ENTRYPOINT" || in.cmd == "CMD" {
+			var part []string
+			if err := json.Unmarshal([]byte(in.args), &part); err != nil {
+				t.Fatalf("Dockerfile:%d: %s is not exec form: %v", in.line, in.cmd, err)
 			}
-			return argv
+			argv = append(argv, part...)
 		}
 	}
-	t.Fatal("Dockerfile: no ENTRYPOINT in the final stage")
-	return nil
+	if len(argv) == 0 {
+		t.Fatal("Dockerfile: no CMD in the final stage")
+	}
+	return argv
 }
 
-// dockerEntrypointConfig is the --config the image's entrypoint passes.
+// dockerEntrypointConfig is the --config the image's command passes.
 func dockerEntrypointConfig(t *testing.T) string {
 	t.Helper()
-	argv := entrypoint(t)
+	argv := command(t)
 	for i, a := range argv {
 		if a == "--config" && i+1 < len(argv) {
 			return argv[i+1]
@@ -166,13 +170,45 @@ func TestDockerfile(t *testing.T) {
 	if !configCopied {
 		t.Error("config/ is not copied to the entrypoint's --config directory")
 	}
-	argv := entrypoint(t)
+	argv := command(t)
 	if !copiedBins[argv[0]] || filepath.Base(argv[0]) != "ratelimit-svc" {
-		t.Errorf("ENTRYPOINT %v does not run the ratelimit-svc binary copied from the build (%v)", argv, copiedBins)
+		t.Errorf("CMD %v does not run the ratelimit-svc binary copied from the build (%v)", argv, copiedBins)
 	}
 	if dockerEntrypointConfig(t) != "/etc/ratelimit/config" {
-		t.Errorf("ENTRYPOINT %v, want --config /etc/ratelimit/config", argv)
+		t.Errorf("CMD %v, want --config /etc/ratelimit/config", argv)
 	}
+	// Drop-in for envoyproxy/ratelimit: manifests run /bin/ratelimit as
+	// the container's command, with no flags. It must be the service, no
+	// ENTRYPOINT may stand in front of it, and its default policy
+	// directory (./config) must be the image's.
+	for _, in := range final {
+		if in.cmd == "ENTRYPOINT" {
+			t.Errorf("Dockerfile:%d: an ENTRYPOINT would receive /bin/ratelimit as an argument", in.line)
+		}
+	}
+	if !copiedFrom(final, "/out/ratelimit-svc", "/bin/ratelimit") {
+		t.Error("/bin/ratelimit is not the ratelimit-svc binary")
+	}
+	workdir := ""
+	for _, in := range final {
+		if in.cmd == "WORKDIR" {
+			workdir = in.args
+		}
+	}
+	if filepath.Join(workdir, "config") != dockerEntrypointConfig(t) {
+		t.Errorf("WORKDIR %q: ratelimit-svc with no flags reads %s/config, not the image's policies", workdir, workdir)
+	}
+}
+
+// copiedFrom reports whether a COPY --from puts src at dst.
+func copiedFrom(ins []instruction, src, dst string) bool {
+	for _, in := range ins {
+		f := strings.Fields(in.args)
+		if in.cmd == "COPY" && len(f) == 3 && strings.HasPrefix(f[0], "--from=") && f[1] == src && f[2] == dst {
+			return true
+		}
+	}
+	return false
 }
 
 // ignorePattern is one .dockerignore line.
