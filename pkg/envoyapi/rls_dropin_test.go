@@ -2,12 +2,15 @@ package envoyapi_test
 
 import (
 	"context"
+	"strings"
 	"testing"
 	"time"
 
 	rlcommonv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	ratelimitv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"google.golang.org/grpc"
+	"google.golang.org/protobuf/encoding/protojson"
+	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
 	"github.com/ratelimit-svc/ratelimit-svc/pkg/envoyapi"
@@ -250,3 +253,44 @@ func TestAlwaysChargeAfterADenialIsRecorded(t *testing.T) {
 		t.Fatalf("tokens charged by a denied request: %d left", n)
 	}
 }
+
+func TestDynamicMetadataOfPassedDescriptors(t *testing.T) {
+	r := newDropinRig(t, policy.LoadOptions{}, envoyapi.WithDynamicMetadata(true))
+	r.raw(desc("backend", "b"))
+	b := hits(desc("backend", "b"), 1)
+	resp := r.raw(desc("backend", "a"), b, desc("user", "w"), desc("nothing", "x"))
+	expect(t, resp, ok, ok, over, ok, ok)
+	got, err := protojson.Marshal(resp.DynamicMetadata)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := `{"descriptors":[{"entries":["backend=a"]},{"entries":["backend=b"],"hitsAddend":1},` +
+		`{"entries":["user=w"]},{"entries":["nothing=x"]}],"domain":"ai",` +
+		`"metadata":{"route":{"pool":"a","weight":2},"tier":"free"},"quotaModeViolations":[1]}`
+	if compact(string(got)) != want {
+		t.Fatalf("dynamic metadata\n got %s\nwant %s", compact(string(got)), want)
+	}
+	// Merged in order: the first passed descriptor's value stays, nested
+	// mappings merge.
+	r.clk.Advance(time.Minute)
+	resp = r.raw(desc("backend", "a"), desc("backend", "b"))
+	route := resp.DynamicMetadata.Fields["metadata"].GetStructValue()
+	if compact(mustJSON(t, route)) != `{"route":{"pool":"a","weight":2},"spill":true}` {
+		t.Fatalf("merged metadata %s", mustJSON(t, route))
+	}
+	if r := newDropinRig(t, policy.LoadOptions{}); r.raw(desc("backend", "a")).DynamicMetadata != nil {
+		t.Fatal("dynamic metadata is off by default")
+	}
+}
+
+func mustJSON(t *testing.T, m proto.Message) string {
+	t.Helper()
+	b, err := protojson.Marshal(m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(b)
+}
+
+// compact removes the spaces protojson may put between tokens.
+func compact(s string) string { return strings.Join(strings.Fields(s), "") }
