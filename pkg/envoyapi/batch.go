@@ -38,6 +38,7 @@ type plan struct {
 	quota    bool // the descriptor's quota_mode (see overallOver)
 	solo     bool // decided alone, outside the request's atomic batch
 	batchIdx int  // index into reqs/results when limited
+	metric   string
 }
 
 // batch is the reusable working state of one ShouldRateLimit call.
@@ -74,7 +75,7 @@ func (b *batch) plan(i int, req *ratelimitv3.RateLimitRequest, d *rlcommonv3.Rat
 	p.limit = node.Limit()
 	p.hits, p.op = hitsFor(req, d)
 	if o := d.GetLimit(); o != nil {
-		return b.planOverride(p, o)
+		return b.planOverride(p, req, o)
 	}
 	switch {
 	case p.limit == nil:
@@ -85,6 +86,7 @@ func (b *batch) plan(i int, req *ratelimitv3.RateLimitRequest, d *rlcommonv3.Rat
 		p.kind, p.rule = limited, p.limit.Rule
 		p.key = limiter.AppendPart(p.key, p.limit.Fingerprint)
 		p.shadow, p.quota = p.limit.ShadowMode, p.limit.QuotaMode
+		p.metric = metricName(req.Domain, d, root, p.limit)
 		b.chargeRule(p)
 	}
 	return nil
@@ -92,7 +94,7 @@ func (b *batch) plan(i int, req *ratelimitv3.RateLimitRequest, d *rlcommonv3.Rat
 
 // planOverride applies a descriptor's limit override: it replaces the
 // configured limit, also when nothing matched.
-func (b *batch) planOverride(p *plan, o *rlcommonv3.RateLimitDescriptor_RateLimitOverride) error {
+func (b *batch) planOverride(p *plan, req *ratelimitv3.RateLimitRequest, o *rlcommonv3.RateLimitDescriptor_RateLimitOverride) error {
 	mult := uint32(1)
 	if o.UnitMultiplier != nil {
 		mult = o.UnitMultiplier.Value
@@ -103,6 +105,7 @@ func (b *batch) planOverride(p *plan, o *rlcommonv3.RateLimitDescriptor_RateLimi
 	}
 	p.kind, p.rule, p.override = limited, rule, o
 	p.key = limiter.AppendPart(p.key, rule.Fingerprint())
+	p.metric = overrideMetric
 	b.chargeRule(p)
 	return nil
 }

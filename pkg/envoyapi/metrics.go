@@ -26,9 +26,11 @@ const (
 // reports them to OTel from an observable callback at collection time: the
 // request path pays an atomic add, not the SDK's attribute handling.
 type rlsMetrics struct {
-	decisions, requests metric.Int64ObservableCounter
-	mu                  sync.RWMutex
-	counts              map[labels]*counted
+	decisions, requests, limitHits metric.Int64ObservableCounter
+	mu                             sync.RWMutex
+	counts                         map[labels]*counted
+	names                          map[string]struct{} // limit labels in use
+	maxNames                       int
 }
 
 // labels is one label set: the domain and up to two more name/value pairs.
@@ -40,14 +42,19 @@ type counted struct {
 	inst  metric.Int64ObservableCounter
 }
 
-func newRLSMetrics(m metric.Meter) *rlsMetrics {
-	rm := &rlsMetrics{counts: make(map[labels]*counted)}
+func newRLSMetrics(m metric.Meter, maxNames int) *rlsMetrics {
+	if maxNames <= 0 {
+		maxNames = DefaultMetricLimits
+	}
+	rm := &rlsMetrics{counts: make(map[labels]*counted), names: make(map[string]struct{}), maxNames: maxNames}
 	dec, _ := m.Int64ObservableCounter("ratelimit_decisions",
 		metric.WithDescription("Descriptor decisions by domain, outcome and mode."))
 	req, _ := m.Int64ObservableCounter("ratelimit_requests",
 		metric.WithDescription("ShouldRateLimit calls by domain and overall code."))
-	rm.decisions, rm.requests = dec, req
-	m.RegisterCallback(rm.observe, dec, req)
+	hits, _ := m.Int64ObservableCounter("ratelimit_limit_hits",
+		metric.WithDescription("Units decided per limit by domain, limit (bounded; see detailed_metric) and outcome."))
+	rm.decisions, rm.requests, rm.limitHits = dec, req, hits
+	m.RegisterCallback(rm.observe, dec, req, hits)
 	return rm
 }
 
@@ -61,14 +68,17 @@ func (m *rlsMetrics) observe(_ context.Context, o metric.Observer) error {
 }
 
 // add counts one event of a label set on inst.
-func (m *rlsMetrics) add(inst metric.Int64ObservableCounter, l labels) {
+func (m *rlsMetrics) add(inst metric.Int64ObservableCounter, l labels) { m.addN(inst, l, 1) }
+
+// addN counts n events of a label set on inst.
+func (m *rlsMetrics) addN(inst metric.Int64ObservableCounter, l labels, n int64) {
 	m.mu.RLock()
 	c, ok := m.counts[l]
 	m.mu.RUnlock()
 	if !ok {
 		c = m.create(inst, l)
 	}
-	c.n.Add(1)
+	c.n.Add(n)
 }
 
 func (m *rlsMetrics) create(inst metric.Int64ObservableCounter, l labels) *counted {
@@ -93,6 +103,7 @@ func (s *RLS) record(domain string, b *batch, resp *ratelimitv3.RateLimitRespons
 		mode := limiter.ModeLocal
 		if p.kind == limited {
 			mode = b.results[p.batchIdx].Mode
+			s.recordLimit(domain, b, p)
 		}
 		m.add(m.decisions, labels{domain, "outcome", outcomeOf(b, p), "mode", mode.String()})
 	}

@@ -41,6 +41,8 @@ type options struct {
 	headers  HeaderMode
 	charging Charging
 	metadata bool
+	// metricLimits caps the per-limit metric labels (WithMetricLimits).
+	metricLimits int
 }
 
 // Option configures a server of this package.

@@ -49,7 +49,7 @@ func NewRLS(p Policies, d Decider, opts ...Option) *RLS {
 		charging: o.charging,
 		metadata: o.metadata,
 		log:      o.log,
-		metrics:  newRLSMetrics(o.meter),
+		metrics:  newRLSMetrics(o.meter, o.metricLimits),
 		scratch:  sync.Pool{New: func() any { return new(batch) }},
 	}
 }

@@ -49,7 +49,12 @@ descriptors:
 // newDropinRig serves dropinPolicy over loopback gRPC.
 func newDropinRig(t *testing.T, load policy.LoadOptions, opts ...envoyapi.Option) *rig {
 	t.Helper()
-	snap := policy.CompileWith(load, policy.File{Name: "ai.yaml", Data: []byte(dropinPolicy)})
+	return newPolicyRig(t, dropinPolicy, load, opts...)
+}
+
+func newPolicyRig(t *testing.T, yaml string, load policy.LoadOptions, opts ...envoyapi.Option) *rig {
+	t.Helper()
+	snap := policy.CompileWith(load, policy.File{Name: "p.yaml", Data: []byte(yaml)})
 	if policy.HasErrors(snap.Problems()) {
 		t.Fatalf("policy: %v", snap.Problems())
 	}
@@ -62,7 +67,12 @@ func newDropinRig(t *testing.T, load policy.LoadOptions, opts ...envoyapi.Option
 // raw calls ShouldRateLimit without the rig's "overall iff any" check.
 func (r *rig) raw(ds ...*rlcommonv3.RateLimitDescriptor) *ratelimitv3.RateLimitResponse {
 	r.t.Helper()
-	resp, err := r.client.ShouldRateLimit(context.Background(), &ratelimitv3.RateLimitRequest{Domain: "ai", Descriptors: ds})
+	return r.rawIn("ai", ds...)
+}
+
+func (r *rig) rawIn(domain string, ds ...*rlcommonv3.RateLimitDescriptor) *ratelimitv3.RateLimitResponse {
+	r.t.Helper()
+	resp, err := r.client.ShouldRateLimit(context.Background(), &ratelimitv3.RateLimitRequest{Domain: domain, Descriptors: ds})
 	if err != nil {
 		r.t.Fatalf("ShouldRateLimit: %v", err)
 	}
