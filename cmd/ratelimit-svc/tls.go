@@ -111,7 +111,7 @@ func (r *certReloader) serverConfig() *tls.Config {
 func (r *certReloader) configForClient(*tls.ClientHelloInfo) (*tls.Config, error) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if now := r.now(); now.Sub(r.checked) >= reloadCheckInterval {
+	if now := r.now(); now.Sub(r.checked) >= reloadCheckInterval || now.Before(r.checked) {
 		r.checked = now
 		r.refresh()
 	}
