@@ -42,22 +42,31 @@ func newTestCA(t *testing.T, name string) *testCA {
 	return &testCA{cert: cert, key: key, pem: pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der})}
 }
 
-// issue signs a leaf for 127.0.0.1 and localhost (server) or a client
-// named cn, with cn also as a URI SAN spiffe://test/<cn>.
+// issue signs a leaf named cn (a DNS SAN too): a server also for
+// localhost and 127.0.0.1, or a client.
 func (ca *testCA) issue(t *testing.T, cn string, server bool) (certPEM, keyPEM []byte) {
+	t.Helper()
+	if server {
+		return ca.issueFor(t, cn, x509.ExtKeyUsageServerAuth, cn, "localhost", "127.0.0.1")
+	}
+	return ca.issueFor(t, cn, x509.ExtKeyUsageClientAuth, cn)
+}
+
+// issueFor signs a leaf for names (DNS names or IP addresses).
+func (ca *testCA) issueFor(t *testing.T, cn string, usage x509.ExtKeyUsage, names ...string) (certPEM, keyPEM []byte) {
 	t.Helper()
 	key := newKey(t)
 	tmpl := &x509.Certificate{
 		SerialNumber: serial(t), Subject: pkix.Name{CommonName: cn},
 		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
-		KeyUsage: x509.KeyUsageDigitalSignature, DNSNames: []string{cn},
+		KeyUsage: x509.KeyUsageDigitalSignature, ExtKeyUsage: []x509.ExtKeyUsage{usage},
 	}
-	if server {
-		tmpl.ExtKeyUsage = []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}
-		tmpl.DNSNames = append(tmpl.DNSNames, "localhost")
-		tmpl.IPAddresses = []net.IP{net.IPv4(127, 0, 0, 1)}
-	} else {
-		tmpl.ExtKeyUsage = []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}
+	for _, n := range names {
+		if ip := net.ParseIP(n); ip != nil {
+			tmpl.IPAddresses = append(tmpl.IPAddresses, ip)
+		} else {
+			tmpl.DNSNames = append(tmpl.DNSNames, n)
+		}
 	}
 	der, err := x509.CreateCertificate(rand.Reader, tmpl, ca.cert, &key.PublicKey, ca.key)
 	if err != nil {
