@@ -34,6 +34,10 @@ type config struct {
 	ShutdownTimeout time.Duration
 	ResponseHeaders string
 	GRPCTLS         grpcTLS
+	// GRPCMaxConnAge (GRPC_MAX_CONNECTION_AGE), when set, closes gRPC
+	// connections after that long (GOAWAY, then GRPCMaxConnAgeGrace for
+	// calls in flight), so that clients spread over new replicas.
+	GRPCMaxConnAge, GRPCMaxConnAgeGrace time.Duration
 
 	// ShadowMode is envoyproxy/ratelimit's global shadow mode (SHADOW_MODE):
 	// every decision is made and counted but the answer is OK. Not wired

@@ -86,6 +86,11 @@ func TestConfigFromUpstreamEnvironment(t *testing.T) {
 			equal(t, "local cache", c.LocalCacheSize, 1048576)
 			equal(t, "notes", len(c.Notes), 2)
 		}},
+		{"connection age", map[string]string{"GRPC_MAX_CONNECTION_AGE": "24h", "GRPC_MAX_CONNECTION_AGE_GRACE": "1h"}, nil,
+			func(t *testing.T, c config) {
+				equal(t, "age", c.GRPCMaxConnAge, 24*time.Hour)
+				equal(t, "grace", c.GRPCMaxConnAgeGrace, time.Hour)
+			}},
 		{"statsd off says nothing", map[string]string{"USE_STATSD": "false"}, nil,
 			func(t *testing.T, c config) { equal(t, "notes", len(c.Notes), 0) }},
 		{"grpc tls", map[string]string{"GRPC_SERVER_USE_TLS": "true", "GRPC_SERVER_TLS_CERT": "/c/tls.crt",
@@ -205,6 +210,8 @@ func TestConfigErrorsNameTheVariable(t *testing.T) {
 		{map[string]string{"FORCE_START_WITHOUT_INITIAL_CONFIG": "sure"}, nil, `FORCE_START_WITHOUT_INITIAL_CONFIG: "sure"`},
 		{map[string]string{"RUNTIME_ROOT": "/d", "RUNTIME_SUBDIRECTORY": "../etc"}, nil, `RUNTIME_ROOT: "../etc"`},
 		{map[string]string{"GRPC_UDS": "/tmp/rl.sock"}, nil, `GRPC_UDS: "/tmp/rl.sock"`},
+		{map[string]string{"GRPC_MAX_CONNECTION_AGE": "1d"}, nil, `GRPC_MAX_CONNECTION_AGE: "1d"`},
+		{map[string]string{"TRACING_ENABLED": "yes"}, nil, `TRACING_ENABLED: "yes"`},
 		{map[string]string{"BACKEND_TYPE": "memcache"}, nil, `BACKEND_TYPE: "memcache" is not supported`},
 	}
 	for _, tt := range tests {

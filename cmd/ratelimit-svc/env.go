@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"time"
 )
 
 // setting is one flag's value before the command line is read: from our
@@ -29,6 +30,8 @@ type envValues struct {
 	localCache              int
 	xds                     xdsConfig
 	notes                   []string // said once at start
+	maxConnAge              time.Duration
+	maxConnAgeGrace         time.Duration
 }
 
 // envReader reads variables and collects every problem, each naming its
@@ -287,6 +290,14 @@ func (r *envReader) unsupported() {
 	if r.bool("REDIS_PERSECOND", false) {
 		r.ev.notes = append(r.ev.notes, "REDIS_PERSECOND: ignored; per-second limits use the one Redis")
 	}
+	// Switches with nothing to switch here: checked, so that a typo still
+	// fails as it would there.
+	for _, v := range []string{"HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED", "TRACING_ENABLED", "DISABLE_STATS",
+		"USE_DOG_STATSD", "REDIS_HEALTH_CHECK_ACTIVE_CONNECTION"} {
+		r.bool(v, false)
+	}
+	r.ev.maxConnAge = r.duration("GRPC_MAX_CONNECTION_AGE", 0)
+	r.ev.maxConnAgeGrace = r.duration("GRPC_MAX_CONNECTION_AGE_GRACE", 0)
 }
 
 // apply copies what has no flag into c.
@@ -297,4 +308,5 @@ func (ev *envValues) apply(c *config) {
 	c.UseStatsd, c.LocalCacheSize = ev.useStatsd, ev.localCache
 	c.Xds = ev.xds
 	c.Notes = ev.notes
+	c.GRPCMaxConnAge, c.GRPCMaxConnAgeGrace = ev.maxConnAge, ev.maxConnAgeGrace
 }

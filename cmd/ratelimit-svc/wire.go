@@ -14,6 +14,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/health"
+	"google.golang.org/grpc/keepalive"
 
 	"github.com/ratelimit-svc/ratelimit-svc/pkg/envoyapi"
 	"github.com/ratelimit-svc/ratelimit-svc/pkg/limiter"
@@ -55,6 +56,10 @@ func wire(cfg config, log *slog.Logger, tel *telemetry, tr *tracing, headers env
 		envoyapi.WithLogger(log.With("component", "extproc")), envoyapi.WithMeterProvider(tel.provider))
 	a.health = health.NewServer()
 	opts := append(grpcServerOptions(), tr.serverOptions()...)
+	if cfg.GRPCMaxConnAge > 0 {
+		opts = append(opts, grpc.KeepaliveParams(keepalive.ServerParameters{
+			MaxConnectionAge: cfg.GRPCMaxConnAge, MaxConnectionAgeGrace: cfg.GRPCMaxConnAgeGrace}))
+	}
 	if cfg.GRPCTLS.enabled() {
 		rel, err := newCertReloader(cfg.GRPCTLS, log.With("component", "grpc-tls"))
 		if err != nil {
