@@ -51,25 +51,12 @@ func TestRunsOnUpstreamEnvironment(t *testing.T) {
 		t.Fatal(err)
 	}
 	port, grpcPort, debugPort := freePort(t), freePort(t), freePort(t)
-	cmd := exec.Command(buildAs(t, "ratelimit"))
-	cmd.Env = []string{
+	cmd, exited, logs := startProcess(t, buildAs(t, "ratelimit"), []string{
 		"HOST=127.0.0.1", "PORT=" + port, "GRPC_HOST=127.0.0.1", "GRPC_PORT=" + grpcPort, "DEBUG_PORT=" + debugPort,
 		"RUNTIME_ROOT=" + root, "RUNTIME_SUBDIRECTORY=ratelimit", "RUNTIME_IGNOREDOTFILES=true", "RUNTIME_WATCH_ROOT=false",
 		"LOG_LEVEL=debug", "LOG_FORMAT=json", "USE_STATSD=false", "REDIS_SOCKET_TYPE=tcp", "REDIS_URL=" + rd.Addr,
-	}
-	var logs syncWriter
-	logs.b = new(bytes.Buffer)
-	cmd.Stdout, cmd.Stderr = &logs, &logs
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	exited := make(chan error, 1)
-	go func() { exited <- cmd.Wait() }()
-	t.Cleanup(func() {
-		cmd.Process.Kill()
-		<-exited
 	})
-	waitReady(t, "http://127.0.0.1:"+port+"/healthcheck", exited, &logs)
+	waitReady(t, "http://127.0.0.1:"+port+"/healthcheck", exited, logs)
 
 	conn, err := grpc.NewClient("127.0.0.1:"+grpcPort, grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
@@ -103,6 +90,26 @@ func TestRunsOnUpstreamEnvironment(t *testing.T) {
 	case <-time.After(20 * time.Second):
 		t.Fatal("no exit after SIGTERM")
 	}
+}
+
+// startProcess runs bin with exactly env, killed when the test ends. The
+// channel yields its exit once; a reader that takes it puts it back.
+func startProcess(t *testing.T, bin string, env []string) (*exec.Cmd, chan error, *syncWriter) {
+	t.Helper()
+	cmd := exec.Command(bin)
+	cmd.Env = env
+	logs := &syncWriter{b: new(bytes.Buffer)}
+	cmd.Stdout, cmd.Stderr = logs, logs
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	exited := make(chan error, 1)
+	go func() { exited <- cmd.Wait() }()
+	t.Cleanup(func() {
+		cmd.Process.Kill()
+		<-exited
+	})
+	return cmd, exited, logs
 }
 
 // driveSmallLimit sends ten requests for one descriptor and counts the
