@@ -83,10 +83,14 @@ func TestDebugAddressTakenIsAWarning(t *testing.T) {
 }
 
 // TestPrometheusAddrServesMetrics: with USE_PROMETHEUS, /metrics is on
-// PROMETHEUS_ADDR as well as on the HTTP port, and nothing else is there.
+// PROMETHEUS_ADDR as well as on the HTTP port, and nothing else is there;
+// USE_STATSD=true is said once and the service goes on.
 func TestPrometheusAddrServesMetrics(t *testing.T) {
 	prom := freeAddr(t)
-	s := startEnv(t, "../../config", map[string]string{"USE_PROMETHEUS": "true", "PROMETHEUS_ADDR": prom})
+	s := startEnv(t, "../../config", map[string]string{"USE_PROMETHEUS": "true", "PROMETHEUS_ADDR": prom, "USE_STATSD": "true"})
+	if n := strings.Count(s.logs.String(), "statsd is not supported"); n != 1 {
+		t.Errorf("the statsd note was logged %d times:\n%s", n, s.logs)
+	}
 	if m := get(t, "http://"+prom+"/metrics"); !strings.Contains(m, "go_goroutines") {
 		t.Fatalf("/metrics on PROMETHEUS_ADDR:\n%.300s", m)
 	}
