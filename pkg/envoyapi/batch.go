@@ -67,10 +67,11 @@ func (b *batch) reset(n int, charging Charging) {
 func (b *batch) plan(i int, req *ratelimitv3.RateLimitRequest, d *rlcommonv3.RateLimitDescriptor, root *policy.Node) error {
 	p := &b.plans[i]
 	p.key = limiter.AppendPart(p.key, req.Domain)
-	node := root
+	node, byValue := root, false
 	for _, e := range d.Entries {
 		node = node.Child(e.Key, e.Value)
 		p.key = limiter.AppendEntry(p.key, e.Key, node.CounterValue(e.Value))
+		byValue = byValue || valueToMetric(node)
 	}
 	p.limit = node.Limit()
 	p.hits, p.op = hitsFor(req, d)
@@ -86,7 +87,10 @@ func (b *batch) plan(i int, req *ratelimitv3.RateLimitRequest, d *rlcommonv3.Rat
 		p.kind, p.rule = limited, p.limit.Rule
 		p.key = limiter.AppendPart(p.key, p.limit.Fingerprint)
 		p.shadow, p.quota = p.limit.ShadowMode, p.limit.QuotaMode
-		p.metric = metricName(req.Domain, d, root, p.limit)
+		p.metric = p.limit.Path
+		if p.limit.DetailedMetric || byValue {
+			p.metric = metricName(req.Domain, d, root, p.limit)
+		}
 		b.chargeRule(p)
 	}
 	return nil

@@ -8,6 +8,15 @@
 // (status.go).
 //
 // Servers are built with their collaborators as interfaces (the policies
-// in force, the decider) and options (logger, meter provider). They are
-// safe for concurrent use and hold no goroutines of their own.
+// in force, the decider) and options (logger, meter provider, response
+// headers, charging mode, dynamic metadata, the cap on per-limit metric
+// labels); the zero value of every option is this service's default. They
+// are safe for concurrent use and hold no goroutines of their own.
+//
+// The RLS decides a request's descriptors as one batch: by default a
+// denied request consumes nothing. Charging (WithCharging) switches to
+// envoyproxy/ratelimit's charging; quota-mode descriptors, global shadow
+// mode (policy.LoadOptions) follow envoyproxy/ratelimit as Envoy Gateway
+// relies on it, and usage reports sent at stream end (every descriptor
+// with its own hits_addend) are recorded in full whatever the limits say.
 package envoyapi

@@ -29,19 +29,14 @@ const (
 // metrics; zero or less means DefaultMetricLimits.
 func WithMetricLimits(n int) Option { return func(o *options) { o.metricLimits = n } }
 
-// metricName is the limit label of a descriptor matched to l, walking
-// the tree again from root only for detailed_metric or value_to_metric.
+// valueToMetric reports whether metrics name n's level by the request's
+// value: value_to_metric, unless matching values share a counter.
+func valueToMetric(n *policy.Node) bool { return n.ValueToMetric() && !n.ShareThreshold() }
+
+// metricName is the limit label of a descriptor matched to l when l has
+// detailed_metric or a level of its path value_to_metric: the tree is
+// walked again from root.
 func metricName(domain string, d *rlcommonv3.RateLimitDescriptor, root *policy.Node, l *policy.Limit) string {
-	v2m := false
-	if !l.DetailedMetric {
-		for n, i := root, 0; i < len(d.Entries) && !v2m; i++ {
-			n = n.Child(d.Entries[i].Key, d.Entries[i].Value)
-			v2m = n.ValueToMetric() && !n.ShareThreshold()
-		}
-		if !v2m {
-			return l.Path
-		}
-	}
 	var sb strings.Builder
 	sb.WriteString(domain)
 	for n, i := root, 0; i < len(d.Entries); i++ {
@@ -50,7 +45,7 @@ func metricName(domain string, d *rlcommonv3.RateLimitDescriptor, root *policy.N
 		sb.WriteByte('.')
 		sb.WriteString(e.Key)
 		v := e.Value
-		if !l.DetailedMetric && !(n.ValueToMetric() && !n.ShareThreshold()) {
+		if !l.DetailedMetric && !valueToMetric(n) {
 			v = n.Value() // the configured value or pattern; "" when key-only
 		}
 		if v != "" {
