@@ -40,23 +40,27 @@ type config struct {
 	GRPCMaxConnAge, GRPCMaxConnAgeGrace time.Duration
 
 	// ShadowMode is envoyproxy/ratelimit's global shadow mode (SHADOW_MODE):
-	// every decision is made and counted but the answer is OK. Not wired
-	// into the RLS yet.
+	// every decision is made and counted but the answer is OK.
 	ShadowMode bool
 	// StopIncrementWhenOverLimit is STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT:
 	// under envoyproxy/ratelimit's charging semantics, whether a request
 	// that goes over one descriptor's limit still charges its others.
-	// Not wired into the RLS yet.
 	StopIncrementWhenOverLimit bool
 	// MergeDomainConfig is MERGE_DOMAIN_CONFIG: files naming the same
-	// domain merge instead of the later one being refused. Not wired into
-	// the policy loader yet.
+	// domain merge instead of the later one being refused.
 	MergeDomainConfig bool
 	// UpstreamEnv is set when the service runs on envoyproxy/ratelimit's
 	// environment: some of its configuration variables set and none of
-	// ours (no flag, no RLS_* variable). Its charging semantics are meant
-	// to apply then.
+	// ours (no flag, no RLS_* variable). Its charging semantics apply then.
 	UpstreamEnv bool
+	// Charging is what a request charges when a descriptor is over its
+	// limit: "admitted" (ours: a denied request consumes nothing) or
+	// "upstream" (envoyproxy/ratelimit's, StopIncrementWhenOverLimit
+	// choosing between its two modes). Default: upstream on UpstreamEnv.
+	Charging string
+	// DynamicMetadata is RESPONSE_DYNAMIC_METADATA: the RLS answers with
+	// envoyproxy/ratelimit's dynamic metadata.
+	DynamicMetadata bool
 	// UseStatsd and LocalCacheSize are accepted for compatibility and only
 	// logged: statsd is not supported, and the credit engine is the cache.
 	UseStatsd      bool
@@ -96,6 +100,7 @@ func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (c
 	str(&c.ReplicaID, "replica-id", "this replica's id (default: host name + random suffix)")
 	str(&c.LogLevel, "log-level", "debug, info, warn or error")
 	str(&c.LogFormat, "log-format", "json or text")
+	str(&c.Charging, "charging", "what a request charges when a descriptor is over its limit: admitted (nothing) or upstream (as envoyproxy/ratelimit)")
 	str(&c.ResponseHeaders, "response-headers", "rate-limit headers the RLS adds: off, draft (X-RateLimit-*) or ietf (RateLimit)")
 	str(&c.GRPCTLS.Cert, "grpc-tls-cert", "gRPC server certificate chain (PEM); with --grpc-tls-key turns TLS on")
 	str(&c.GRPCTLS.Key, "grpc-tls-key", "gRPC server private key (PEM)")
@@ -115,6 +120,9 @@ func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (c
 		c.ReplicaID = replicaID(c.ReplicaID)
 	}
 	c.UpstreamEnv = ev.upstream && !ev.ours && fs.NFlag() == 0
+	if c.from["charging"] == "default" && c.UpstreamEnv {
+		c.Charging = "upstream"
+	}
 	var errs []error
 	if envErr != nil {
 		errs = append(errs, envErr)
@@ -151,6 +159,9 @@ func (c config) validate() error {
 	}
 	if c.Service == "" {
 		add("service", "must not be empty")
+	}
+	if c.Charging != "admitted" && c.Charging != "upstream" {
+		add("charging", "%q: want admitted or upstream", c.Charging)
 	}
 	for _, name := range []string{"grpc-addr", "http-addr", "debug-addr", "prometheus-addr"} {
 		if err := checkAddr(c.addr(name), name == "grpc-addr" || name == "http-addr"); err != nil {

@@ -91,6 +91,16 @@ func TestConfigFromUpstreamEnvironment(t *testing.T) {
 				equal(t, "age", c.GRPCMaxConnAge, 24*time.Hour)
 				equal(t, "grace", c.GRPCMaxConnAgeGrace, time.Hour)
 			}},
+		{"charging on their environment", map[string]string{"RESPONSE_DYNAMIC_METADATA": "true"}, nil, func(t *testing.T, c config) {
+			equal(t, "charging", c.Charging, "upstream")
+			equal(t, "metadata", c.DynamicMetadata, true)
+		}},
+		{"charging on ours", map[string]string{"RESPONSE_DYNAMIC_METADATA": "true", "RLS_SERVICE": "x"}, nil,
+			func(t *testing.T, c config) { equal(t, "charging", c.Charging, "admitted") }},
+		{"charging chosen", map[string]string{"RLS_CHARGING": "upstream"}, nil,
+			func(t *testing.T, c config) { equal(t, "charging", c.Charging, "upstream") }},
+		{"xds message size", map[string]string{"XDS_CLIENT_MAX_MSG_SIZE_IN_BYTES": "8388608"}, nil,
+			func(t *testing.T, c config) { equal(t, "size", c.Xds.MaxMsgSize, 8388608) }},
 		{"statsd off says nothing", map[string]string{"USE_STATSD": "false"}, nil,
 			func(t *testing.T, c config) { equal(t, "notes", len(c.Notes), 0) }},
 		{"grpc tls", map[string]string{"GRPC_SERVER_USE_TLS": "true", "GRPC_SERVER_TLS_CERT": "/c/tls.crt",
@@ -150,6 +160,7 @@ func TestConfigRedisFromUpstreamEnvironment(t *testing.T) {
 		{map[string]string{"REDIS_TYPE": "SENTINEL", "REDIS_URL": "mymaster,s1:26379,s2:26379"}, "redis-sentinel://s1:26379,s2:26379/mymaster"},
 		{map[string]string{"REDIS_TYPE": "sentinel", "REDIS_URL": "m,s1:26379", "REDIS_AUTH": "pw"}, "redis-sentinel://:pw@s1:26379/m"},
 		{map[string]string{"REDIS_TYPE": "cluster", "REDIS_URL": "a:6379,b:6379"}, "redis://a:6379,redis://b:6379"},
+		{map[string]string{"REDIS_TYPE": "sentinel", "REDIS_URL": "m,s1:26379", "REDIS_SENTINEL_AUTH": "s&p"}, "redis-sentinel://s1:26379/m?sentinel_password=s%26p"},
 		{map[string]string{"REDIS_URL": "a:6379,b:6379", "REDIS_TLS": "true"}, "rediss://a:6379,rediss://b:6379"},
 		{map[string]string{"REDIS_SOCKET_TYPE": "unix", "REDIS_URL": "/var/run/redis.sock"}, "unix:///var/run/redis.sock"},
 		{map[string]string{"REDIS_URL": "redis://h:1/2"}, "redis://h:1/2"},
@@ -212,6 +223,10 @@ func TestConfigErrorsNameTheVariable(t *testing.T) {
 		{map[string]string{"GRPC_UDS": "/tmp/rl.sock"}, nil, `GRPC_UDS: "/tmp/rl.sock"`},
 		{map[string]string{"GRPC_MAX_CONNECTION_AGE": "1d"}, nil, `GRPC_MAX_CONNECTION_AGE: "1d"`},
 		{map[string]string{"TRACING_ENABLED": "yes"}, nil, `TRACING_ENABLED: "yes"`},
+		{map[string]string{"RLS_CHARGING": "all"}, nil, `RLS_CHARGING: "all": want admitted or upstream`},
+		{map[string]string{"REDIS_URL": "h:1", "REDIS_SENTINEL_AUTH": "p"}, nil, `REDIS_SENTINEL_AUTH: set only with REDIS_TYPE sentinel`},
+		{map[string]string{"XDS_CLIENT_MAX_MSG_SIZE_IN_BYTES": "4MB"}, nil, `XDS_CLIENT_MAX_MSG_SIZE_IN_BYTES: "4MB"`},
+		{map[string]string{"REDIS_TIMEOUT": "10"}, nil, `REDIS_TIMEOUT: "10"`},
 		{map[string]string{"BACKEND_TYPE": "memcache"}, nil, `BACKEND_TYPE: "memcache" is not supported`},
 	}
 	for _, tt := range tests {

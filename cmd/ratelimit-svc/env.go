@@ -30,6 +30,7 @@ type envValues struct {
 	localCache              int
 	xds                     xdsConfig
 	notes                   []string // said once at start
+	metadata                bool
 	maxConnAge              time.Duration
 	maxConnAgeGrace         time.Duration
 }
@@ -50,7 +51,7 @@ var upstreamOnly = []string{
 	"RUNTIME_IGNOREDOTFILES", "REDIS_SOCKET_TYPE", "REDIS_TYPE", "REDIS_AUTH", "REDIS_TLS",
 	"USE_PROMETHEUS", "USE_STATSD", "SHADOW_MODE", "LOCAL_CACHE_SIZE_IN_BYTES",
 	"LIMIT_RESPONSE_HEADERS_ENABLED", "STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT",
-	"MERGE_DOMAIN_CONFIG", "CONFIG_TYPE", "GRPC_SERVER_USE_TLS", "BACKEND_TYPE",
+	"MERGE_DOMAIN_CONFIG", "CONFIG_TYPE", "GRPC_SERVER_USE_TLS", "BACKEND_TYPE", "RESPONSE_DYNAMIC_METADATA",
 }
 
 // ourVars are our own variables; any of them set means the operator
@@ -58,7 +59,7 @@ var upstreamOnly = []string{
 var ourVars = []string{
 	"RLS_CONFIG", "RLS_GRPC_ADDR", "RLS_HTTP_ADDR", "RLS_DEBUG_ADDR", "RLS_PROMETHEUS_ADDR",
 	"RLS_SERVICE", "RLS_SHUTDOWN_TIMEOUT", "RLS_RESPONSE_HEADERS", "RLS_GRPC_TLS_CERT",
-	"RLS_GRPC_TLS_KEY", "RLS_GRPC_TLS_CLIENT_CA", "RLS_GRPC_TLS_CLIENT_SAN",
+	"RLS_GRPC_TLS_KEY", "RLS_GRPC_TLS_CLIENT_CA", "RLS_GRPC_TLS_CLIENT_SAN", "RLS_CHARGING",
 }
 
 // readEnv reads our variables and envoyproxy/ratelimit's into flag
@@ -80,6 +81,7 @@ func readEnv(getenv func(string) string) (*envValues, error) {
 	r.plain("service", "ratelimit", "RLS_SERVICE")
 	r.plain("replica-id", "", "POD_NAME", "HOSTNAME")
 	r.plain("shutdown-timeout", "15s", "RLS_SHUTDOWN_TIMEOUT")
+	r.plain("charging", "admitted", "RLS_CHARGING")
 	r.behaviour()
 	r.xds()
 	r.unsupported()
@@ -250,6 +252,7 @@ func (r *envReader) behaviour() {
 	ev.shadow = r.bool("SHADOW_MODE", false)
 	ev.stopIncr = r.bool("STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT", false)
 	ev.merge = r.bool("MERGE_DOMAIN_CONFIG", false)
+	ev.metadata = r.bool("RESPONSE_DYNAMIC_METADATA", false)
 	ev.useStatsd = r.bool("USE_STATSD", false)
 	if ev.useStatsd {
 		ev.notes = append(ev.notes, "USE_STATSD: statsd is not supported; metrics are served in Prometheus format on /metrics")
@@ -293,9 +296,10 @@ func (r *envReader) unsupported() {
 	// Switches with nothing to switch here: checked, so that a typo still
 	// fails as it would there.
 	for _, v := range []string{"HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED", "TRACING_ENABLED", "DISABLE_STATS",
-		"USE_DOG_STATSD", "REDIS_HEALTH_CHECK_ACTIVE_CONNECTION"} {
+		"USE_DOG_STATSD", "REDIS_HEALTH_CHECK_ACTIVE_CONNECTION", "REDIS_USE_EXPLICIT_PIPELINE"} {
 		r.bool(v, false)
 	}
+	r.duration("REDIS_TIMEOUT", 0)
 	r.ev.maxConnAge = r.duration("GRPC_MAX_CONNECTION_AGE", 0)
 	r.ev.maxConnAgeGrace = r.duration("GRPC_MAX_CONNECTION_AGE_GRACE", 0)
 }
@@ -309,4 +313,5 @@ func (ev *envValues) apply(c *config) {
 	c.Xds = ev.xds
 	c.Notes = ev.notes
 	c.GRPCMaxConnAge, c.GRPCMaxConnAgeGrace = ev.maxConnAge, ev.maxConnAgeGrace
+	c.DynamicMetadata = ev.metadata
 }

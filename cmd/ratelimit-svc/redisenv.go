@@ -61,6 +61,13 @@ func (r *envReader) redis() {
 		r.fail("REDIS_URL", "%v", err)
 		return
 	}
+	if sa := r.getenv("REDIS_SENTINEL_AUTH"); sa != "" {
+		if !strings.HasPrefix(u, "redis-sentinel://") {
+			r.fail("REDIS_SENTINEL_AUTH", "set only with REDIS_TYPE sentinel")
+			return
+		}
+		u += "?sentinel_password=" + url.QueryEscape(sa)
+	}
 	r.ev.settings["redis-url"] = setting{value: u, from: "REDIS_URL", vars: []string{"REDIS_URL"}}
 }
 

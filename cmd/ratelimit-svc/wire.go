@@ -30,6 +30,7 @@ func wire(cfg config, log *slog.Logger, tel *telemetry, tr *tracing, headers env
 	pol, err := policy.NewWatcher(cfg.ConfigPath, policy.WatcherOptions{
 		Logger:   log.With("component", "policy"),
 		OnReload: a.countReload,
+		Load:     policy.LoadOptions{MergeDomains: cfg.MergeDomainConfig, ShadowMode: cfg.ShadowMode},
 	})
 	if err != nil {
 		return nil, fmt.Errorf("loading policies from %s: %w", cfg.ConfigPath, err)
@@ -49,8 +50,13 @@ func wire(cfg config, log *slog.Logger, tel *telemetry, tr *tracing, headers env
 	if err := tel.observeEngine(a.lim); err != nil {
 		return nil, fmt.Errorf("engine metrics: %w", err)
 	}
+	charging := envoyapi.ChargeAdmitted
+	if cfg.Charging == "upstream" {
+		charging = envoyapi.ChargingFor(cfg.StopIncrementWhenOverLimit)
+	}
 	a.rls = envoyapi.NewRLS(pol, a.lim, envoyapi.WithLogger(log.With("component", "rls")),
-		envoyapi.WithMeterProvider(tel.provider), envoyapi.WithResponseHeaders(headers))
+		envoyapi.WithMeterProvider(tel.provider), envoyapi.WithResponseHeaders(headers),
+		envoyapi.WithCharging(charging), envoyapi.WithDynamicMetadata(cfg.DynamicMetadata))
 	breakers := resilience.NewRegistry(resilience.WithStateChange(envoyapi.BreakerTransitions(tel.provider)))
 	xp := envoyapi.NewExtProc(pol, envoyapi.ExtProcDeps{Limits: a.lim, Slots: a.lim, Breakers: breakers},
 		envoyapi.WithLogger(log.With("component", "extproc")), envoyapi.WithMeterProvider(tel.provider))

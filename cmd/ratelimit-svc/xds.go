@@ -34,6 +34,8 @@ type xdsConfig struct {
 	BackoffRandomFactor    float64
 	BackoffJitter          bool
 	ForceStartWithoutFirst bool
+	// MaxMsgSize bounds a message from the server; 0: gRPC's default.
+	MaxMsgSize int
 }
 
 func (r *envReader) xds() {
@@ -77,6 +79,13 @@ func (r *envReader) xds() {
 	}
 	x.BackoffJitter = r.bool("XDS_CLIENT_BACKOFF_JITTER", true)
 	x.ForceStartWithoutFirst = r.bool("FORCE_START_WITHOUT_INITIAL_CONFIG", false)
+	if s := r.getenv("XDS_CLIENT_MAX_MSG_SIZE_IN_BYTES"); s != "" {
+		n, err := strconv.Atoi(s)
+		if err != nil || n <= 0 {
+			r.fail("XDS_CLIENT_MAX_MSG_SIZE_IN_BYTES", "%q is not a size in bytes", s)
+		}
+		x.MaxMsgSize = n
+	}
 }
 
 func (r *envReader) str(name, def string) string {
