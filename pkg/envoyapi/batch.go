@@ -34,10 +34,11 @@ type plan struct {
 	key      []byte
 	hits     uint64
 	op       limiter.Op
-	shadow   bool // the descriptor's shadow_mode: never denies, status OK
-	quota    bool // the descriptor's quota_mode (see overallOver)
-	solo     bool // decided alone, outside the request's atomic batch
-	batchIdx int  // index into reqs/results when limited
+	shadow   bool   // the descriptor's shadow_mode: never denies, status OK
+	quota    bool   // the descriptor's quota_mode (see overallOver)
+	group    string // its quota group (quotaGroupKey), when quota
+	solo     bool   // decided alone, outside the request's atomic batch
+	batchIdx int    // index into reqs/results when limited
 	metric   string
 }
 
@@ -47,6 +48,7 @@ type batch struct {
 	reqs     []limiter.Request // the atomic batch [:main], then solo requests
 	results  []limiter.Result
 	main     int
+	groups   []quotaGroup // scratch of overallOver
 	charging Charging
 	usage    bool // a usage report: every charge is recorded (see isUsageReport)
 	shadow   bool // global shadow mode
@@ -87,6 +89,9 @@ func (b *batch) plan(i int, req *ratelimitv3.RateLimitRequest, d *rlcommonv3.Rat
 		p.kind, p.rule = limited, p.limit.Rule
 		p.key = limiter.AppendPart(p.key, p.limit.Fingerprint)
 		p.shadow, p.quota = p.limit.ShadowMode, p.limit.QuotaMode
+		if p.quota {
+			p.group = quotaGroupKey(d)
+		}
 		p.metric = p.limit.Path
 		if p.limit.DetailedMetric || byValue {
 			p.metric = metricName(req.Domain, d, root, p.limit)

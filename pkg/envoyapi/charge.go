@@ -93,24 +93,28 @@ func (b *batch) over(p *plan) bool {
 }
 
 // overallOver is the overall code: OVER_LIMIT iff a descriptor not in
-// quota mode is over, or every quota-mode descriptor of the request is
-// (the one exception to "any status over"); never under global shadow.
+// quota mode is over, or every quota group of the request is (the one
+// exception to "any status over"); never under global shadow. A quota
+// group (quotaGroupKey) is over when any of its descriptors is.
 func (b *batch) overallOver() bool {
-	quota, quotaOver := 0, 0
+	b.groups = b.groups[:0]
+	over := false
 	for i := range b.plans {
 		p := &b.plans[i]
-		if p.quota && p.kind == limited {
-			quota++
-		}
 		switch {
-		case !b.over(p):
-		case p.quota:
-			quotaOver++
-		default:
-			return !b.shadow
+		case p.quota && p.kind == limited:
+			b.addToGroup(p.group, b.over(p))
+		case b.over(p):
+			over = true
 		}
 	}
-	return quota > 0 && quotaOver == quota && !b.shadow
+	if !over && len(b.groups) > 0 {
+		over = true
+		for _, g := range b.groups {
+			over = over && g.over
+		}
+	}
+	return over && !b.shadow
 }
 
 // decide runs the limiter and applies the charging mode: the atomic

@@ -304,3 +304,42 @@ func mustJSON(t *testing.T, m proto.Message) string {
 
 // compact removes the spaces protojson may put between tokens.
 func compact(s string) string { return strings.Join(strings.Fields(s), "") }
+
+// gatewayPolicy is shaped as AI Gateway's quota policies: per model
+// (backend_name, model_name_override), a tenant bucket and a default one.
+const gatewayPolicy = `
+domain: gw
+descriptors:
+  - key: backend_name
+    descriptors:
+      - key: model_name_override
+        descriptors:
+          - key: tenant
+            quota_mode: true
+            rate_limit: {unit: minute, requests_per_unit: 1}
+          - key: bucket
+            value: default
+            quota_mode: true
+            metadata: {pool: default}
+            rate_limit: {unit: minute, requests_per_unit: 5}
+`
+
+func TestQuotaGroupsPerModel(t *testing.T) {
+	r := newPolicyRig(t, gatewayPolicy, policy.LoadOptions{}, envoyapi.WithDynamicMetadata(true))
+	model := func(backend, m string) []*rlcommonv3.RateLimitDescriptor {
+		return []*rlcommonv3.RateLimitDescriptor{
+			desc("backend_name", backend, "model_name_override", m, "tenant", "t1"),
+			desc("backend_name", backend, "model_name_override", m, "bucket", "default"),
+		}
+	}
+	expect(t, r.rawIn("gw", model("a", "m1")...), ok, ok, ok)
+	// a's tenant bucket is spent: model a is over although its default
+	// bucket passed; the request still passes on model b.
+	resp := r.rawIn("gw", append(model("a", "m1"), model("b", "m2")...)...)
+	expect(t, resp, ok, over, ok, ok, ok)
+	if got := compact(mustJSON(t, resp.DynamicMetadata.Fields["passedBackends"].GetListValue())); got != `[{"backend_name":"b","model_name_override":"m2"}]` {
+		t.Fatalf("passedBackends %s", got)
+	}
+	// Model a alone: its only group is over, so the request is denied.
+	expect(t, r.rawIn("gw", model("a", "m1")...), over, over, ok)
+}

@@ -28,7 +28,8 @@ type Limit struct {
 	DetailedMetric bool `json:"detailed_metric,omitempty"`
 	// QuotaMode (the descriptor's quota_mode): when this limit is spent its
 	// status is OVER_LIMIT, but the request is denied only when every
-	// quota-mode descriptor of the request is over, or another one is.
+	// quota-mode descriptor (every model's group of them, for the RLS) of
+	// the request is over, or a descriptor not in quota mode is.
 	QuotaMode bool `json:"quota_mode,omitempty"`
 	// Metadata (the descriptor's metadata) is returned in the response's
 	// dynamic metadata when the descriptor passed. Values are string,
