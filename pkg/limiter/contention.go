@@ -14,6 +14,7 @@ type contention struct {
 	rule     *Rule // as published: algorithm and windows
 	epoch    int64 // the epoch it was read in (store clock)
 	released int64 // the epoch released for a key this replica does not hold
+	fresh    bool  // read again since the key last handed back its credit
 }
 
 // readContention reads the keys published since the last read; this
@@ -49,11 +50,13 @@ func (l *Limiter) contend(c Contended, epoch int64) {
 		l.contended[c.Key] = x
 	}
 	x.epoch = max(x.epoch, epoch)
+	x.fresh = true
 }
 
 // releases asks every contended key this replica holds to release its
 // share of the epoch it was published in at its next sync, if this
-// replica holds a share of it; it returns the release items of the
+// replica holds a share of it, and to hand back its unused credit once
+// for each time the key is read; it returns the release items of the
 // contended keys it does not hold. Keys are forgotten once that epoch is
 // over.
 func (l *Limiter) releases(now int64) []SyncItem {
@@ -78,9 +81,15 @@ func (l *Limiter) releases(now int64) []SyncItem {
 		}
 		if e := l.keys.get([]byte(key)); e != nil {
 			if cs := e.cs.Load(); cs != nil && cs.share != nil {
-				if cs.share.askRelease(epoch) {
+				asked := cs.share.askRelease(epoch)
+				if x.fresh && cs.credit.Load() > 0 {
+					cs.yield.Store(true) // hand back the unused credit too
+					asked = true
+				}
+				if asked {
 					l.enqueue(cs)
 				}
+				x.fresh = false
 				continue
 			}
 		}

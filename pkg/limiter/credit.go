@@ -41,6 +41,13 @@ type creditState struct {
 	orphan atomic.Bool
 	// denied counts the requests denied since the last round.
 	denied atomic.Int64
+	// yield asks the next round to hand back the key's unused credit: the
+	// store published the key, whose waiters on another replica need it.
+	yield atomic.Bool
+	// releasing is the local ns until which waiters wait past their
+	// StoreTimeout: the last reply said other replicas hold shares of the
+	// key that the store asked them to release (SyncResult.Contended).
+	releasing atomic.Int64
 	// share is the key's static share; nil for rules without one.
 	share *shareState
 	// ent is the key's table entry. active says the sync loop's scans
@@ -234,10 +241,23 @@ func (l *Limiter) wait(cs *creditState, rule *Rule, n int64, now int64) Result {
 	l.kick()
 	t := time.NewTimer(rule.Tuning.storeTimeout())
 	defer t.Stop()
-	select {
-	case ok := <-w.done:
-		return l.afterWait(cs, ok, n, cold)
-	case <-t.C:
+	last := now + int64(rule.Tuning.storeTimeout()+contentionWait)
+	for {
+		select {
+		case ok := <-w.done:
+			return l.afterWait(cs, ok, n, cold)
+		case <-t.C:
+		}
+		// Past StoreTimeout, a waiter on a key the store published as
+		// contended waits on for the other replicas to release their
+		// shares: the window is not full, only held. Not on a store too
+		// slow for the releases and the next round to come in time.
+		now := l.now()
+		until := min(cs.releasing.Load(), last)
+		if until <= now || 3*time.Duration(l.roundTrip.Load()) >= contentionWait {
+			break
+		}
+		t.Reset(time.Duration(until - now))
 	}
 	if ok, served := cs.dropWaiter(w); served {
 		return l.afterWait(cs, ok, n, cold)
@@ -383,8 +403,29 @@ func (l *Limiter) viewAdmits(cs *creditState, now int64, n int64) (bool, time.Du
 // pushed. When those alone fill a window, it is certainly full until the
 // window clears (and at least a sync interval). The view must exist.
 func (cs *creditState) viewWait(snow int64, n int64) time.Duration {
+	return cs.waitOn(cs.view.Load(), snow, n, cs.view.Load().others)
+}
+
+// releasedWait is viewWait once the other replicas have released what
+// they hold and do not use: the static shares, and for a key with shares
+// their credit too (SyncResult.Contended). It is what a waiter on a
+// contended key may expect.
+func (cs *creditState) releasedWait(snow int64, n int64) time.Duration {
 	v := cs.view.Load()
-	need := uint64(max(n, 1)) + v.others + uint64(max(cs.hits.Load(), 0))
+	return cs.waitOn(v, snow, n, cs.keptElsewhere(v))
+}
+
+// keptElsewhere is what of v.others the other replicas keep when the key
+// is published contended: their reservations, unless the key has shares.
+func (cs *creditState) keptElsewhere(v *storeView) uint64 {
+	if cs.share != nil {
+		return 0
+	}
+	return v.others - v.held
+}
+
+func (cs *creditState) waitOn(v *storeView, snow, n int64, others uint64) time.Duration {
+	need := uint64(max(n, 1)) + others + uint64(max(cs.hits.Load(), 0))
 	a := cs.rule.Algorithm
 	var longest time.Duration
 	for i, w := range cs.ws {

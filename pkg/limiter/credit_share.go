@@ -23,12 +23,16 @@ import (
 // it was alive in, so shares never grow within an epoch.
 //
 // Contention. When requests on one replica wait for budget that other
-// replicas hold as shares, the store publishes the key
-// (Store.Contention); every replica that reads it releases the rest of
-// its share of the key in that epoch, pushing its share hits with the
-// release: a key at its limit is shared by credit alone, whose last
-// units go to the requests that wait for them. A key still at its limit
-// in the next epoch is published again. Only a replica that holds a share of an epoch releases it:
+// replicas hold, as shares or as credit, the store publishes the key
+// (Store.Contention); every replica that reads it (each tick) releases
+// the rest of its share of the key in that epoch, pushing its share hits
+// with the release, and hands back its unused credit: a key at its limit
+// is shared by credit alone, whose last units go to the requests that
+// wait for them. Those requests wait past their StoreTimeout for it, up
+// to contentionWait, while the store answers fast enough for a release
+// and a round to fit in that time; a request is denied at once only when
+// the window is full but for what others hold and use. A key still at
+// its limit in the next epoch is published again. Only a replica that holds a share of an epoch releases it:
 // the store counts every record as one of the epoch's sharers.
 
 // maxContended bounds the contended keys a replica remembers.

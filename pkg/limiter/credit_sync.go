@@ -70,10 +70,11 @@ func (l *Limiter) prepare(cs *creditState, now int64) SyncItem {
 		Unused: uint64(cs.unused), Want: want, Waiting: cs.waitingFor(l, now), Denied: uint64(cs.denied.Swap(0)),
 		Share: cs.rule.Tuning.share(), Replicas: int(l.replicas.Load()), Lease: lease,
 	}
-	if now-cs.lastUse.Load() > int64(quietInterval) && len(cs.waiters) == 0 {
-		// Idle: hand the reservation back. Its credit leaves the hot
-		// path's reach first: a request arriving while the round is in
-		// flight would spend units the store no longer backs.
+	if yield := cs.yield.Swap(false); len(cs.waiters) == 0 && (yield || now-cs.lastUse.Load() > int64(quietInterval)) {
+		// Idle, or asked to yield to another replica's waiters: hand the
+		// reservation back. Its credit leaves the hot path's reach first:
+		// a request arriving while the round is in flight would spend
+		// units the store no longer backs.
 		cs.withdraw()
 		it.Unused, it.Want, cs.unused = 0, 0, 0
 	}
@@ -208,7 +209,7 @@ func (l *Limiter) apply(cs *creditState, r *SyncResult) {
 		backed = min(backed, l.localOf(r.Expires)-max(int64(boundaryLead), 2*l.clockErr.Load()))
 	}
 	cs.backedTo.Store(backed)
-	cs.view.Store(newView(r.Windows, r.Others))
+	cs.view.Store(newView(r.Windows, r.Others, r.Held))
 	cs.inflight, cs.lastSync = false, now
 	if now < backed {
 		// A reply that arrives after its reservation lapsed (an epoch's
@@ -234,8 +235,10 @@ func (l *Limiter) apply(cs *creditState, r *SyncResult) {
 	}
 	if r.Contended {
 		// Other replicas release their shares once they read the key
-		// published: ask again soon rather than deny on this view.
-		interval = min(interval, 2*tick)
+		// published: ask again soon rather than deny on this view, and
+		// let the waiters wait for it.
+		cs.releasing.Store(now + int64(contentionWait))
+		interval = min(interval, tick)
 		cs.refill = true
 		l.enqueue(cs)
 	}
@@ -265,17 +268,19 @@ func (cs *creditState) halfUsed(snow int64, reserved bool) bool {
 	return false
 }
 
-// settleWaiters handles the waiters a sync could not serve: those the view
-// says cannot fit now are denied at once; if not even one unit fits and no
-// credit is left, the key denies locally until it would (at most one sync
-// interval, unless other replicas are about to release shares of the key:
-// contended); those that may still fit ask for another round. cs.mu must
-// be held.
+// settleWaiters handles the waiters a sync could not serve. Those that
+// cannot fit even once the other replicas release the static shares they
+// hold are denied at once; the window is full but for reservations. If
+// not even one unit fits so and no credit is left, the key denies
+// locally until it would (at most one sync interval). The rest ask for
+// another round: at once, unless the reply's credit had lapsed or the
+// shares they need are held, when they wait for the next tick, and for
+// the release (releasing) past their StoreTimeout. cs.mu must be held.
 func (cs *creditState) settleWaiters(l *Limiter, now int64, contended, usable bool) {
 	snow := l.storeNow(now)
 	kept := cs.waiters[:0]
 	for _, w := range cs.waiters {
-		if cs.viewWait(snow, w.n) > 0 {
+		if cs.releasedWait(snow, w.n) > 0 {
 			cs.waiting -= uint64(w.n)
 			w.done <- false
 			continue
@@ -284,14 +289,22 @@ func (cs *creditState) settleWaiters(l *Limiter, now int64, contended, usable bo
 	}
 	clear(cs.waiters[len(kept):])
 	cs.waiters = kept
-	if wait := cs.viewWait(snow, 1); wait > 0 && cs.credit.Load() <= 0 && !contended {
+	if wait := cs.releasedWait(snow, 1); wait > 0 && cs.credit.Load() <= 0 {
 		cs.deniedTo.Store(now + int64(min(wait, cs.rule.Tuning.syncInterval())))
 	}
-	if len(cs.waiters) > 0 {
-		cs.kicked.Store(true)
-		if usable {
-			l.kick() // at once; after a reply whose credit had lapsed, at the next tick
-		}
+	if len(cs.waiters) == 0 {
+		return
+	}
+	cs.kicked.Store(true)
+	v := cs.view.Load()
+	held := cs.keptElsewhere(v) < v.others
+	if held {
+		// The next round says they wait, and the store has the other
+		// replicas give up what they hold: they wait for that.
+		cs.releasing.Store(max(cs.releasing.Load(), now+int64(contentionWait)))
+	}
+	if usable && !contended && !held {
+		l.kick()
 	}
 }
 

@@ -9,12 +9,13 @@ import (
 // published, so decisions read it without a lock.
 type storeView struct {
 	windows []WindowState // time in µs
-	others  uint64        // other replicas' reservations
+	others  uint64        // other replicas' reservations and static shares held
+	held    uint64        // of others, the static shares a release may free
 }
 
 // newView publishes a store reply.
-func newView(windows []WindowState, others uint64) *storeView {
-	return &storeView{windows: windows, others: others}
+func newView(windows []WindowState, others, held uint64) *storeView {
+	return &storeView{windows: windows, others: others, held: min(held, others)}
 }
 
 // viewSummary sums up a fixed-window key's view over a stretch of store

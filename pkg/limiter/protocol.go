@@ -113,8 +113,8 @@ func (r *KeyRecord) Sync(replica string, it *SyncItem, now int64) SyncResult {
 	out := make([]WindowState, len(r.Windows))
 	copy(out, r.Windows)
 	othersHeld := held.all - held.own
-	return SyncResult{Credit: mine, Others: satAdd(others, othersHeld), Windows: out, Now: now, Pressed: r.Pressed > now,
-		Expires: expires, Contended: othersHeld > 0 && it.Waiting > grant}
+	return SyncResult{Credit: mine, Others: satAdd(others, othersHeld), Held: othersHeld, Windows: out, Now: now, Pressed: r.Pressed > now,
+		Expires: expires, Contended: it.Waiting > grant && (othersHeld > 0 || sharesOf(it) && others > 0)}
 }
 
 // dryGetsOne reports whether a replica that holds nothing and wants some

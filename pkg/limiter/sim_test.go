@@ -109,7 +109,9 @@ func (r *simRun) caller(l *limiter.Limiter, rep, c, callers int, s sim, end time
 		r.mu.Lock()
 		r.offered[sec] += n
 		if ok {
-			r.admitted[sec] += n
+			// Charged to the window it was admitted in, which for a
+			// request that waited past a boundary is the next one.
+			r.admitted[int64(time.Since(r.start)/time.Second)] += n
 			r.perRep[rep] += n
 			r.times = append(r.times, at.Sub(r.start))
 		} else {

@@ -136,8 +136,12 @@ type SyncResult struct {
 	// Credit is the replica's reservation now: kept + granted units it may
 	// admit locally until Now + Lease.
 	Credit uint64
-	// Others is the sum of the other replicas' live reservations.
+	// Others is the sum of the other replicas' live reservations and the
+	// static shares they hold unreported (Held).
 	Others uint64
+	// Held is the part of Others that is other replicas' static shares,
+	// unreported and not released: units a release may free (Contended).
+	Held uint64
 	// Windows is the state after charging, for denials and headers, with
 	// time in µs (TAT) and epochs as window indexes.
 	Windows []WindowState
@@ -152,9 +156,10 @@ type SyncResult struct {
 	// shares released in it.
 	Expires int64
 	// Contended reports that requests waited for more than the replica
-	// was granted while other replicas hold unreported static shares: the
-	// store publishes the key to every replica (Contention), so they
-	// release.
+	// was granted while other replicas hold unreported static shares or,
+	// for a rule with shares, reservations: the store publishes the key to
+	// every replica (Contention), so they release their shares and hand
+	// back their unused credit.
 	Contended bool
 }
 

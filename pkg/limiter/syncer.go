@@ -17,7 +17,13 @@ const (
 	tick           = 10 * time.Millisecond
 	// contentionEvery is how often the contention feed is read: a key
 	// another replica needs is released within it and a round.
-	contentionEvery = 50 * time.Millisecond
+	contentionEvery = tick
+	// contentionWait bounds how long past its StoreTimeout a request
+	// waits for other replicas to release their shares of its key and
+	// hand back their credit: a feed read, their round and the key's
+	// next one, with room to spare. Envoy's timeout for the rate limit
+	// service must exceed StoreTimeout + contentionWait.
+	contentionWait = 5 * tick
 )
 
 // enqueue lists a key that asked for a sync, so the next round finds it

@@ -226,7 +226,7 @@ func decodeSync(reply any, windows int, out *limiter.SyncResult) error {
 		w := v[head+4*i:]
 		ws[i] = limiter.WindowState{Epoch: w[0], Cur: uint64(w[1]), Prev: uint64(w[2]), TAT: w[3]}
 	}
-	*out = limiter.SyncResult{Credit: uint64(v[1]), Others: satAdd(uint64(v[2]), uint64(v[3])), Windows: ws, Now: v[0],
+	*out = limiter.SyncResult{Credit: uint64(v[1]), Others: satAdd(uint64(v[2]), uint64(v[3])), Held: uint64(v[3]), Windows: ws, Now: v[0],
 		Pressed: v[4] == 1, Expires: v[5], Contended: v[6] == 1}
 	return nil
 }

@@ -412,7 +412,7 @@ local function sync(key, a)
     rec.dels[#rec.dels + 1] = mine
   end
   local oheld = held - ownheld
-  local contended = oheld > 0 and waiting > grant
+  local contended = waiting > grant and (oheld > 0 or (has and rec.others > 0))
   return save(key, rec, ws, credit, expires, oheld, contended), a
 end
 
