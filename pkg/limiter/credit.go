@@ -175,6 +175,15 @@ func (l *Limiter) spend(cs *creditState, n, now int64) bool {
 	return true
 }
 
+// chargeDebt records the hits of a denied request of an AlwaysCharge
+// rule: pushed with the key's next round, they are charged past the
+// limit, a debt the window's later requests pay.
+func (l *Limiter) chargeDebt(r *Request, hits uint64, now int64) {
+	cs := l.creditFor(r.Key, r.Rule, now)
+	cs.hits.Add(int64(min(hits, math.MaxInt64/2)))
+	l.activate(cs)
+}
+
 // take spends n units of credit if at least floor remains after them,
 // and returns what remains. Credit never shows a value it does not hold,
 // even for an instant: the sync loop reads it to hand units back (prepare)

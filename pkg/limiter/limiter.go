@@ -210,6 +210,9 @@ func (l *Limiter) decideOne(res *Result, r *Request, now int64, dry bool) {
 	}
 	if l.store != nil && !r.Rule.Tuning.localOnly() {
 		l.creditDecide(res, l.creditFor(r.Key, r.Rule, now), r, hits, now, dry)
+		if !dry && !res.Allowed && r.Op == Charge && r.Rule.AlwaysCharge {
+			l.chargeDebt(r, hits, now)
+		}
 		return
 	}
 	e := l.keys.lock(r.Key, r.Rule)

@@ -341,3 +341,45 @@ func TestSimSlowStore(t *testing.T) {
 	over, under := r.check(t, false)
 	t.Logf("%d requests; %d windows over; %d key windows denied under the limit, %d of them under half of it", r.requests, over, under, half)
 }
+
+// TestSimSharedAlwaysCharge: a denied request of an AlwaysCharge rule is
+// recorded by the store too, as the local engine records it: a refund of
+// as many units as the debt leaves the window still full.
+func TestSimSharedAlwaysCharge(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		store := memstore.New(nil)
+		rule := &limiter.Rule{Algorithm: limiter.FixedWindow, AlwaysCharge: true,
+			Windows: []limiter.Window{{Limit: 10, Period: time.Hour}}}
+		a := limiter.New(limiter.WithStore(store, "a"))
+		b := limiter.New(limiter.WithStore(store, "b"))
+		ctx, cancel := context.WithCancel(context.Background())
+		var wg sync.WaitGroup
+		wg.Go(func() { a.Run(ctx) })
+		wg.Go(func() { b.Run(ctx) })
+		defer wg.Wait()
+		defer cancel()
+		key := []byte("k|" + rule.Fingerprint())
+		out := make([]limiter.Result, 1)
+		decide := func(l *limiter.Limiter, op limiter.Op, hits uint64) bool {
+			ok, err := l.Decide([]limiter.Request{{Key: key, Rule: rule, Op: op, Hits: hits}}, out)
+			if err != nil {
+				t.Fatal(err)
+			}
+			return ok
+		}
+		for i := range 10 {
+			if !decide(a, limiter.Charge, 1) {
+				t.Fatalf("request %d of 10 denied", i+1)
+			}
+		}
+		if decide(a, limiter.Charge, 5) {
+			t.Fatal("the 11th to 15th units were admitted")
+		}
+		time.Sleep(3 * time.Second) // a's rounds push its hits
+		decide(b, limiter.Refund, 5)
+		time.Sleep(3 * time.Second)
+		if decide(b, limiter.Check, 0) {
+			t.Error("after a refund of the 5 units of debt the window has room: the denied charge was not recorded")
+		}
+	})
+}
