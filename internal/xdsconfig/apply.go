@@ -89,10 +89,10 @@ func (e *RejectedError) Error() string {
 // resourceWrapperURL is the type of a resource wrapped with a TTL.
 const resourceWrapperURL = "type.googleapis.com/envoy.service.discovery.v3.Resource"
 
-// build compiles the set a response carries. The snapshot is nil only
-// when a resource could not be decoded; err is set when the set must be
-// rejected.
-func build(resp *discovery.DiscoveryResponse) (*policy.Snapshot, []string, error) {
+// build compiles the set a response carries with the load options. The
+// snapshot is nil only when a resource could not be decoded; err is set
+// when the set must be rejected.
+func build(resp *discovery.DiscoveryResponse, load policy.LoadOptions) (*policy.Snapshot, []string, error) {
 	if resp.GetTypeUrl() != TypeURL {
 		return nil, nil, fmt.Errorf("unexpected type_url %q, want %q", resp.GetTypeUrl(), TypeURL)
 	}
@@ -116,7 +116,7 @@ func build(resp *discovery.DiscoveryResponse) (*policy.Snapshot, []string, error
 		names = append(names, name)
 	}
 	sort.Strings(names)
-	snap := policy.Compile(files...)
+	snap := policy.CompileWith(load, files...)
 	var errs []policy.Problem
 	for _, p := range snap.Problems() {
 		if p.Severity == policy.Error {
@@ -177,7 +177,7 @@ func (c *Client) handle(resp *discovery.DiscoveryResponse) (req *discovery.Disco
 		r.repeats++
 		return c.nack(resp, r.err), u, false, r.repeats
 	}
-	snap, names, err := build(resp)
+	snap, names, err := build(resp, c.opts.Load)
 	u.Duration = time.Since(start)
 	u.Problems = snap.Problems()
 	if err != nil {

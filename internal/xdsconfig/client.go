@@ -70,7 +70,7 @@ func New(opts Options) (*Client, error) {
 		b.rand = rand.Float64
 	}
 	c := &Client{opts: o, log: o.Logger.With("server", o.ServerURL), back: b, ready: make(chan struct{})}
-	c.cur.Store(policy.Compile())
+	c.cur.Store(policy.CompileWith(o.Load))
 	c.status = Status{Type: SourceType, ServerURL: o.ServerURL, NodeID: o.NodeID, TLS: o.UseTLS}
 	return c, nil
 }

@@ -13,6 +13,7 @@ import (
 	discovery "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
 	rlsconf "github.com/envoyproxy/go-control-plane/ratelimit/config/ratelimit/v3"
 
+	"github.com/ratelimit-svc/ratelimit-svc/internal/xdsconfig/xdstest"
 	"github.com/ratelimit-svc/ratelimit-svc/pkg/policy"
 )
 
@@ -93,11 +94,11 @@ func entries(kv ...string) []policy.Entry {
 
 // serve starts a server holding the first set (v1) and a client that
 // applied it.
-func serve(t *testing.T) (*pki, *xdsServer, *running) {
+func serve(t *testing.T) (*xdstest.PKI, *xdstest.Server, *running) {
 	t.Helper()
-	p := newPKI(t)
-	s := startServer(t, p, "127.0.0.1:0")
-	s.set(t, testNode, "v1", apiConfig(60), llmConfig())
+	p := xdstest.NewPKI(t)
+	s := xdstest.Start(t, p, "127.0.0.1:0")
+	s.Set(t, testNode, "v1", apiConfig(60), llmConfig())
 	c := startClient(t, clientOptions(t, p, s))
 	select {
 	case <-c.Ready():
@@ -138,23 +139,21 @@ func TestInitialConfigBuildsTheFileSnapshot(t *testing.T) {
 	}
 
 	st := c.Status()
-	if st.Type != SourceType || st.ServerURL != s.addr || st.NodeID != testNode || !st.TLS || !st.Connected ||
+	if st.Type != SourceType || st.ServerURL != s.Addr || st.NodeID != testNode || !st.TLS || !st.Connected ||
 		st.VersionInfo != "v1" || !reflect.DeepEqual(st.Resources, []string{"api-config", "llm-config"}) {
 		t.Errorf("status %+v", st)
 	}
-	first := s.requests()[0]
+	first := s.Requests()[0]
 	md := first.GetNode().GetMetadata().GetFields()
 	if first.GetNode().GetId() != testNode || md["cluster"].GetStringValue() != "edge" || md["zone"].GetStringValue() != "a" ||
 		first.GetTypeUrl() != TypeURL || first.GetVersionInfo() != "" || len(first.GetResourceNames()) != 0 {
 		t.Errorf("first request %v", first)
 	}
-	nonce := s.nonce("v1")
-	s.find(t, "the ACK of v1", func(r *discovery.DiscoveryRequest) bool {
+	nonce := s.Nonce("v1")
+	find(t, s, "the ACK of v1", func(r *discovery.DiscoveryRequest) bool {
 		return r.GetVersionInfo() == "v1" && r.GetResponseNonce() == nonce && r.GetErrorDetail() == nil
 	})
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if got := s.md.Get("x-tenant"); !reflect.DeepEqual(got, []string{"t1"}) {
+	if got := s.Metadata().Get("x-tenant"); !reflect.DeepEqual(got, []string{"t1"}) {
 		t.Errorf("header x-tenant %v", got)
 	}
 }
@@ -162,7 +161,7 @@ func TestInitialConfigBuildsTheFileSnapshot(t *testing.T) {
 func TestUpdateAppliedWithinASecond(t *testing.T) {
 	_, s, c := serve(t)
 	start := time.Now()
-	s.set(t, testNode, "v2", apiConfig(120), llmConfig())
+	s.Set(t, testNode, "v2", apiConfig(120), llmConfig())
 	u := c.next(t, "v2")
 	if took := time.Since(start); took > time.Second {
 		t.Errorf("update took %v", took)
@@ -180,7 +179,7 @@ func TestUpdateAppliedWithinASecond(t *testing.T) {
 
 func TestRemovedDomainDisappears(t *testing.T) {
 	_, s, c := serve(t)
-	s.set(t, testNode, "v2", apiConfig(60))
+	s.Set(t, testNode, "v2", apiConfig(60))
 	if u := c.next(t, "v2"); !u.Applied {
 		t.Fatalf("update %+v", u)
 	}
@@ -199,15 +198,15 @@ func TestBadResourceIsNACKedAndTheLastGoodSetKept(t *testing.T) {
 	_, s, c := serve(t)
 	good := c.Current()
 	bad := config("bad-config", "bad", desc("k", "v", limit(5, rlsconf.RateLimitUnit_UNKNOWN)))
-	s.set(t, testNode, "v2", apiConfig(120), bad) // llm dropped, api changed: none of it may apply
+	s.Set(t, testNode, "v2", apiConfig(120), bad) // llm dropped, api changed: none of it may apply
 
 	u := c.next(t, "v2")
 	var rej *RejectedError
 	if u.Applied || u.Changed || !errors.As(u.Err, &rej) || u.Snapshot != good {
 		t.Fatalf("update %+v", u)
 	}
-	nonce := s.nonce("v2")
-	nack := s.find(t, "the NACK of v2", func(r *discovery.DiscoveryRequest) bool {
+	nonce := s.Nonce("v2")
+	nack := find(t, s, "the NACK of v2", func(r *discovery.DiscoveryRequest) bool {
 		return r.GetResponseNonce() == nonce && r.GetErrorDetail() != nil
 	})
 	msg := nack.GetErrorDetail().GetMessage()
@@ -219,7 +218,7 @@ func TestBadResourceIsNACKedAndTheLastGoodSetKept(t *testing.T) {
 	// and reports v2 once.
 	time.Sleep(300 * time.Millisecond)
 	nacks := 0
-	for _, r := range s.requests() {
+	for _, r := range s.Requests() {
 		if r.GetErrorDetail() != nil {
 			nacks++
 		}
@@ -238,7 +237,7 @@ func TestBadResourceIsNACKedAndTheLastGoodSetKept(t *testing.T) {
 		t.Errorf("status %+v, rejected %+v", st, st.Rejected)
 	}
 
-	s.set(t, testNode, "v3", apiConfig(120))
+	s.Set(t, testNode, "v3", apiConfig(120))
 	if u := c.next(t, "v3"); !u.Applied {
 		t.Fatalf("update after the fix %+v", u)
 	}
@@ -256,24 +255,24 @@ func TestWarningsAreACKed(t *testing.T) {
 		t.Skipf("the loader no longer only warns on a unit with unlimited: %v", ps)
 	}
 	_, s, c := serve(t)
-	s.set(t, testNode, "v2", apiConfig(60), warned)
+	s.Set(t, testNode, "v2", apiConfig(60), warned)
 	u := c.next(t, "v2")
 	if !u.Applied || len(u.Problems) == 0 || c.Current().Domain("warned") == nil {
 		t.Fatalf("update %+v", u)
 	}
-	nonce := s.nonce("v2")
-	s.find(t, "the ACK of v2", func(r *discovery.DiscoveryRequest) bool {
+	nonce := s.Nonce("v2")
+	find(t, s, "the ACK of v2", func(r *discovery.DiscoveryRequest) bool {
 		return r.GetVersionInfo() == "v2" && r.GetResponseNonce() == nonce && r.GetErrorDetail() == nil
 	})
 }
 
 func TestReconnectsToARestartedServer(t *testing.T) {
 	p, s, c := serve(t)
-	s.stop()
+	s.Stop()
 	eventually(t, 5*time.Second, "the client to see the stream end", func() bool { return !c.Status().Connected })
 
-	s2 := startServer(t, p, s.addr)
-	s2.set(t, testNode, "w1", config("new-config", "new", desc("k", "", limit(7, rlsconf.RateLimitUnit_SECOND))))
+	s2 := xdstest.Start(t, p, s.Addr)
+	s2.Set(t, testNode, "w1", config("new-config", "new", desc("k", "", limit(7, rlsconf.RateLimitUnit_SECOND))))
 	u := c.next(t, "w1")
 	if !u.Applied {
 		t.Fatalf("update %+v", u)
@@ -285,21 +284,21 @@ func TestReconnectsToARestartedServer(t *testing.T) {
 	if st.Reconnects < 1 || !st.Connected || st.VersionInfo != "w1" {
 		t.Errorf("status %+v", st)
 	}
-	if first := s2.requests()[0]; first.GetVersionInfo() != "v1" || first.GetNode().GetId() != testNode {
+	if first := s2.Requests()[0]; first.GetVersionInfo() != "v1" || first.GetNode().GetId() != testNode {
 		t.Errorf("first request to the new server %v", first)
 	}
 }
 
 func TestRefusesAnUntrustedServer(t *testing.T) {
-	p := newPKI(t)
-	s := startServer(t, p, "127.0.0.1:0")
-	s.set(t, testNode, "v1", apiConfig(60))
+	p := xdstest.NewPKI(t)
+	s := xdstest.Start(t, p, "127.0.0.1:0")
+	s.Set(t, testNode, "v1", apiConfig(60))
 	tests := []struct {
 		name    string
 		change  func(*Options)
 		wantErr string
 	}{
-		{"wrong CA", func(o *Options) { o.CACert = p.otherCAFile }, "certificate signed by unknown authority"},
+		{"wrong CA", func(o *Options) { o.CACert = p.OtherCAFile }, "certificate signed by unknown authority"},
 		{"wrong SAN", func(o *Options) { o.ServerSAN = "other.test" }, "not other.test"},
 		{"system roots", func(o *Options) { o.CACert = "" }, "certificate signed by unknown authority"},
 		{"no client certificate", func(o *Options) { o.ClientCert, o.ClientKey = "", "" }, "certificate required"},
@@ -318,15 +317,15 @@ func TestRefusesAnUntrustedServer(t *testing.T) {
 			}
 		})
 	}
-	if n := s.opened.Load(); n != 0 {
+	if n := s.Opened(); n != 0 {
 		t.Errorf("%d streams reached the server", n)
 	}
 }
 
 func TestMaxRecvMsgSize(t *testing.T) {
-	p := newPKI(t)
-	s := startServer(t, p, "127.0.0.1:0")
-	s.set(t, testNode, "v1", apiConfig(60), llmConfig())
+	p := xdstest.NewPKI(t)
+	s := xdstest.Start(t, p, "127.0.0.1:0")
+	s.Set(t, testNode, "v1", apiConfig(60), llmConfig())
 	o := clientOptions(t, p, s)
 	o.MaxRecvMsgSize = 64
 	c := startClient(t, o)

@@ -8,8 +8,9 @@
 // (ratelimit.config.ratelimit.v3.RateLimitConfig). Every response is the
 // complete set of domains. Each resource becomes the envoyproxy/ratelimit
 // YAML document it stands for, and the documents, named after their
-// resources, are compiled by policy.Compile: the snapshot is the one the
-// same files would give, with the same rules and problems.
+// resources, are compiled by policy.CompileWith with Options.Load: the
+// snapshot is the one the same files would give, loaded with the same
+// options, with the same rules and problems.
 //
 // A response is applied whole or not at all. If any resource cannot be
 // decoded, or the set has any Error problem (a dropped block, a duplicate

@@ -8,6 +8,8 @@ import (
 	"net"
 	"strings"
 	"time"
+
+	"github.com/ratelimit-svc/ratelimit-svc/pkg/policy"
 )
 
 // Defaults, as envoyproxy/ratelimit has them (its settings.go).
@@ -74,6 +76,11 @@ type Options struct {
 	// Rand returns a number in [0, 1) for the jitter; nil uses
 	// math/rand/v2. Tests pass a fixed source.
 	Rand func() float64
+
+	// Load are the options every set is compiled with, as the files are
+	// loaded with them (MERGE_DOMAIN_CONFIG, SHADOW_MODE); the zero value
+	// is policy.Compile's.
+	Load policy.LoadOptions
 
 	// MaxRecvMsgSize bounds one response from the server, in bytes; zero
 	// means gRPC's default (4 MiB). (XDS_CLIENT_MAX_MSG_SIZE_IN_BYTES)

@@ -6,6 +6,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/ratelimit-svc/ratelimit-svc/internal/xdsconfig/xdstest"
 )
 
 func TestParseNodeMetadata(t *testing.T) {
@@ -71,14 +73,14 @@ func TestDefaults(t *testing.T) {
 }
 
 func TestNewReadsTheTLSFiles(t *testing.T) {
-	p := newPKI(t)
-	if _, err := New(Options{UseTLS: true, CACert: p.caFile, ClientCert: p.clientCert, ClientKey: p.clientKey}); err != nil {
+	p := xdstest.NewPKI(t)
+	if _, err := New(Options{UseTLS: true, CACert: p.CAFile, ClientCert: p.ClientCert, ClientKey: p.ClientKey}); err != nil {
 		t.Errorf("good files: %v", err)
 	}
 	for name, o := range map[string]Options{
-		"missing CA":    {UseTLS: true, CACert: p.caFile + ".missing"},
-		"CA not PEM":    {UseTLS: true, CACert: p.clientKey},
-		"key mismatch":  {UseTLS: true, ClientCert: p.clientCert, ClientKey: p.serverKey},
+		"missing CA":    {UseTLS: true, CACert: p.CAFile + ".missing"},
+		"CA not PEM":    {UseTLS: true, CACert: p.ClientKey},
+		"key mismatch":  {UseTLS: true, ClientCert: p.ClientCert, ClientKey: p.ServerKey},
 		"invalid field": {RandomFactor: 2},
 	} {
 		if _, err := New(o); err == nil {

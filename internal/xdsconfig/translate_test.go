@@ -109,7 +109,7 @@ func TestBuildRejectsWhatTheLoaderDrops(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			snap, names, err := build(response(t, "v", ok, tt.give))
+			snap, names, err := build(response(t, "v", ok, tt.give), policy.LoadOptions{})
 			rej, isRej := err.(*RejectedError)
 			if !isRej || names != nil || snap == nil || !strings.Contains(err.Error(), tt.want) {
 				t.Fatalf("build: %v (names %v)", err, names)
@@ -134,7 +134,7 @@ func TestBuildRejectsUndecodableResponses(t *testing.T) {
 	for name, resp := range map[string]*discovery.DiscoveryResponse{
 		"resource of another type": wrongType, "bad bytes": garbage, "response of another type": otherURL,
 	} {
-		if snap, _, err := build(resp); err == nil || snap != nil {
+		if snap, _, err := build(resp, policy.LoadOptions{}); err == nil || snap != nil {
 			t.Errorf("%s: snapshot %v, error %v", name, snap, err)
 		}
 	}
@@ -145,14 +145,14 @@ func TestBuildUnwrapsTTLResources(t *testing.T) {
 	wrapped, _ := anypb.New(&discovery.Resource{Name: "a", Resource: inner, Ttl: durationpb.New(1)})
 	heartbeat, _ := anypb.New(&discovery.Resource{Name: "b", Ttl: durationpb.New(1)})
 	resp := &discovery.DiscoveryResponse{TypeUrl: TypeURL, Resources: []*anypb.Any{wrapped, heartbeat}}
-	snap, names, err := build(resp)
+	snap, names, err := build(resp, policy.LoadOptions{})
 	if err != nil || !reflect.DeepEqual(names, []string{"a"}) || snap.Domain("a") == nil {
 		t.Errorf("build: %v, names %v", err, names)
 	}
 }
 
 func TestFileNamesAreUnique(t *testing.T) {
-	_, names, err := build(response(t, "v", config("", "a"), config("x#2", "b"), config("x", "c"), config("x", "d")))
+	_, names, err := build(response(t, "v", config("", "a"), config("x#2", "b"), config("x", "c"), config("x", "d")), policy.LoadOptions{})
 	if err != nil || !reflect.DeepEqual(names, []string{"a", "x", "x#2", "x#3"}) {
 		t.Errorf("names %v, error %v", names, err)
 	}
@@ -193,5 +193,33 @@ func TestNACKsHoldTheLastGoodVersion(t *testing.T) {
 	}
 	if c.Current().Domain("good") == nil || c.Status().VersionInfo != "v2" {
 		t.Errorf("current %v, status %+v", c.Current().Domains(), c.Status())
+	}
+}
+
+// TestLoadOptionsApply: with MergeDomains two resources of one domain
+// merge instead of the set being rejected, and ShadowMode reaches the
+// snapshot, including the empty one held before the first set.
+func TestLoadOptionsApply(t *testing.T) {
+	a := config("a", "shared", desc("k", "a", limit(1, rlsconf.RateLimitUnit_SECOND)))
+	b := config("b", "shared", desc("k", "b", limit(2, rlsconf.RateLimitUnit_SECOND)))
+	plain, err := New(Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, u, _, _ := plain.handle(response(t, "v1", a, b)); u.Applied {
+		t.Fatalf("one domain in two resources applied without MergeDomains: %+v", u)
+	}
+	merging, err := New(Options{Load: policy.LoadOptions{MergeDomains: true, ShadowMode: true}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !merging.Current().ShadowMode() {
+		t.Error("the empty snapshot lacks ShadowMode")
+	}
+	_, u, _, _ := merging.handle(response(t, "v1", a, b))
+	snap := merging.Current()
+	if !u.Applied || !snap.ShadowMode() || snap.Match("shared", entries("k", "a")) == nil ||
+		snap.Match("shared", entries("k", "b")) == nil {
+		t.Fatalf("merged set: %+v, shadow %v", u, snap.ShadowMode())
 	}
 }
