@@ -12,6 +12,8 @@ import (
 	"os"
 	"strings"
 	"time"
+
+	"github.com/ratelimit-svc/ratelimit-svc/pkg/policy"
 )
 
 // config is every setting of the service, parsed and validated in one
@@ -136,6 +138,12 @@ func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (c
 		errs = append(errs, err)
 	}
 	return c, errors.Join(errs...)
+}
+
+// loadOptions are the options every policy set is loaded with, from files
+// or from xDS, and that validate checks with.
+func (c config) loadOptions() policy.LoadOptions {
+	return policy.LoadOptions{MergeDomains: c.MergeDomainConfig, ShadowMode: c.ShadowMode}
 }
 
 // src names where setting name came from.

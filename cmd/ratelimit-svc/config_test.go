@@ -31,7 +31,9 @@ func TestConfigFromUpstreamEnvironment(t *testing.T) {
 			equal(t, "upstream env", c.UpstreamEnv, false)
 			equal(t, "xds", c.Xds.Enabled, false)
 			equal(t, "xds node", c.Xds.NodeID, "default")
-			equal(t, "xds backoff", c.Xds.BackoffMax, time.Minute)
+			equal(t, "xds server", c.Xds.ServerURL, "localhost:18000")
+			equal(t, "xds backoff", c.Xds.MaxInterval, time.Minute)
+			equal(t, "xds jitter", c.Xds.NoJitter, false)
 		}},
 		{"ports and hosts", map[string]string{"PORT": "9080", "GRPC_HOST": "10.0.0.1", "GRPC_PORT": "9081", "DEBUG_PORT": "9070"}, nil,
 			func(t *testing.T, c config) {
@@ -100,7 +102,17 @@ func TestConfigFromUpstreamEnvironment(t *testing.T) {
 		{"charging chosen", map[string]string{"RLS_CHARGING": "upstream"}, nil,
 			func(t *testing.T, c config) { equal(t, "charging", c.Charging, "upstream") }},
 		{"xds message size", map[string]string{"XDS_CLIENT_MAX_MSG_SIZE_IN_BYTES": "8388608"}, nil,
-			func(t *testing.T, c config) { equal(t, "size", c.Xds.MaxMsgSize, 8388608) }},
+			func(t *testing.T, c config) { equal(t, "size", c.Xds.MaxRecvMsgSize, 8388608) }},
+		{"xds factor 0 is no jitter", map[string]string{"XDS_CLIENT_BACKOFF_RANDOM_FACTOR": "0"}, nil,
+			func(t *testing.T, c config) { equal(t, "no jitter", c.Xds.NoJitter, true) }},
+		{"xds tls files without USE_TLS are ignored", map[string]string{"CONFIG_GRPC_XDS_CLIENT_TLS_CERT": "c",
+			"CONFIG_GRPC_XDS_SERVER_TLS_SAN": "xds"}, nil, func(t *testing.T, c config) {
+			equal(t, "cert", c.Xds.ClientCert, "")
+			equal(t, "san", c.Xds.ServerSAN, "")
+			equal(t, "notes", len(c.Notes), 2)
+		}},
+		{"xds server target with a scheme", map[string]string{"CONFIG_GRPC_XDS_SERVER_URL": "dns:///envoy-gateway:18001"}, nil,
+			func(t *testing.T, c config) { equal(t, "server", c.Xds.ServerURL, "dns:///envoy-gateway:18001") }},
 		{"statsd off says nothing", map[string]string{"USE_STATSD": "false"}, nil,
 			func(t *testing.T, c config) { equal(t, "notes", len(c.Notes), 0) }},
 		{"grpc tls", map[string]string{"GRPC_SERVER_USE_TLS": "true", "GRPC_SERVER_TLS_CERT": "/c/tls.crt",
@@ -117,9 +129,10 @@ func TestConfigFromUpstreamEnvironment(t *testing.T) {
 		{"grpc tls files without USE_TLS are ignored", map[string]string{"GRPC_SERVER_TLS_CERT": "c", "GRPC_SERVER_TLS_KEY": "k"}, nil,
 			func(t *testing.T, c config) { equal(t, "tls", c.GRPCTLS.enabled(), false) }},
 		{"xds", map[string]string{"CONFIG_TYPE": "GRPC_XDS_SOTW", "CONFIG_GRPC_XDS_SERVER_URL": "envoy-gateway:18001",
-			"CONFIG_GRPC_XDS_NODE_ID": "envoy-ratelimit", "CONFIG_GRPC_XDS_NODE_METADATA": "a:1,b:2",
-			"CONFIG_GRPC_XDS_SERVER_USE_TLS": "true", "CONFIG_GRPC_XDS_CLIENT_TLS_CERT": "/c/tls.crt",
-			"CONFIG_GRPC_XDS_CLIENT_TLS_KEY": "/c/tls.key", "CONFIG_GRPC_XDS_SERVER_TLS_CACERT": "/c/ca.crt",
+			"CONFIG_GRPC_XDS_NODE_ID": "envoy-ratelimit", "CONFIG_GRPC_XDS_NODE_METADATA": "a=1,b=2",
+			"CONFIG_GRPC_XDS_CLIENT_ADDITIONAL_HEADERS": "x-a:1", "CONFIG_GRPC_XDS_SERVER_USE_TLS": "true",
+			"CONFIG_GRPC_XDS_CLIENT_TLS_CERT": "/c/tls.crt",
+			"CONFIG_GRPC_XDS_CLIENT_TLS_KEY":  "/c/tls.key", "CONFIG_GRPC_XDS_SERVER_TLS_CACERT": "/c/ca.crt",
 			"XDS_CLIENT_BACKOFF_INITIAL_INTERVAL": "1s", "XDS_CLIENT_BACKOFF_MAX_INTERVAL": "5s",
 			"XDS_CLIENT_BACKOFF_RANDOM_FACTOR": "0.2", "XDS_CLIENT_BACKOFF_JITTER": "false",
 			"FORCE_START_WITHOUT_INITIAL_CONFIG": "true"}, nil, func(t *testing.T, c config) {
@@ -128,13 +141,16 @@ func TestConfigFromUpstreamEnvironment(t *testing.T) {
 			equal(t, "server", x.ServerURL, "envoy-gateway:18001")
 			equal(t, "node", x.NodeID, "envoy-ratelimit")
 			equal(t, "metadata", x.NodeMetadata["b"], "2")
+			equal(t, "headers", x.Headers["x-a"], "1")
 			equal(t, "tls", x.UseTLS, true)
-			equal(t, "ca", x.ServerCA, "/c/ca.crt")
-			equal(t, "initial", x.BackoffInitial, time.Second)
-			equal(t, "max", x.BackoffMax, 5*time.Second)
-			equal(t, "factor", x.BackoffRandomFactor, 0.2)
-			equal(t, "jitter", x.BackoffJitter, false)
-			equal(t, "force", x.ForceStartWithoutFirst, true)
+			equal(t, "cert", x.ClientCert, "/c/tls.crt")
+			equal(t, "key", x.ClientKey, "/c/tls.key")
+			equal(t, "ca", x.CACert, "/c/ca.crt")
+			equal(t, "initial", x.InitialInterval, time.Second)
+			equal(t, "max", x.MaxInterval, 5*time.Second)
+			equal(t, "factor", x.RandomFactor, 0.2)
+			equal(t, "no jitter", x.NoJitter, true)
+			equal(t, "force", x.ForceStart, true)
 		}},
 	}
 	for _, tt := range tests {
@@ -213,11 +229,17 @@ func TestConfigErrorsNameTheVariable(t *testing.T) {
 		{map[string]string{"RLS_GRPC_TLS_CERT": "c"}, nil, `RLS_GRPC_TLS_CERT and --grpc-tls-key: give both`},
 		{nil, []string{"--grpc-tls-client-ca", "ca"}, `--grpc-tls-client-ca needs --grpc-tls-cert`},
 		{map[string]string{"CONFIG_TYPE": "REST"}, nil, `CONFIG_TYPE: "REST": want FILE or GRPC_XDS_SOTW`},
-		{map[string]string{"CONFIG_GRPC_XDS_SERVER_URL": "gateway"}, nil, `CONFIG_GRPC_XDS_SERVER_URL: address "gateway"`},
-		{map[string]string{"CONFIG_GRPC_XDS_NODE_METADATA": "a=1"}, nil, `CONFIG_GRPC_XDS_NODE_METADATA: "a=1"`},
-		{map[string]string{"XDS_CLIENT_BACKOFF_INITIAL_INTERVAL": "10"}, nil, `XDS_CLIENT_BACKOFF_INITIAL_INTERVAL: "10" is not a positive duration`},
-		{map[string]string{"XDS_CLIENT_BACKOFF_MAX_INTERVAL": "1s"}, nil, `XDS_CLIENT_BACKOFF_MAX_INTERVAL: 1s is less than`},
-		{map[string]string{"XDS_CLIENT_BACKOFF_RANDOM_FACTOR": "2"}, nil, `XDS_CLIENT_BACKOFF_RANDOM_FACTOR: "2"`},
+		{map[string]string{"CONFIG_GRPC_XDS_SERVER_URL": "gateway"}, nil, `ServerURL (CONFIG_GRPC_XDS_SERVER_URL) "gateway"`},
+		{map[string]string{"CONFIG_GRPC_XDS_NODE_METADATA": "a:1"}, nil, `CONFIG_GRPC_XDS_NODE_METADATA: entry "a:1": want key=value`},
+		{map[string]string{"CONFIG_GRPC_XDS_CLIENT_ADDITIONAL_HEADERS": "x-a=1"}, nil, `CONFIG_GRPC_XDS_CLIENT_ADDITIONAL_HEADERS: entry "x-a=1": want key:value`},
+		{map[string]string{"CONFIG_GRPC_XDS_SERVER_USE_TLS": "true", "CONFIG_GRPC_XDS_CLIENT_TLS_CERT": "c"}, nil, `(CONFIG_GRPC_XDS_CLIENT_TLS_CERT, _KEY): give both`},
+		{map[string]string{"CONFIG_GRPC_XDS_SERVER_CONNECT_RETRY_INTERVAL": "3"}, nil, `CONFIG_GRPC_XDS_SERVER_CONNECT_RETRY_INTERVAL: "3" is not a positive duration`},
+		{map[string]string{"XDS_CLIENT_BACKOFF_INITIAL_INTERVAL": "10"}, nil, `XDS_CLIENT_BACKOFF_INITIAL_INTERVAL: "10" is not a duration`},
+		{map[string]string{"XDS_CLIENT_BACKOFF_INITIAL_INTERVAL": "-1s"}, nil, `InitialInterval (XDS_CLIENT_BACKOFF_INITIAL_INTERVAL) -1s: must not be negative`},
+		{map[string]string{"XDS_CLIENT_BACKOFF_MAX_INTERVAL": "1s"}, nil, `MaxInterval (XDS_CLIENT_BACKOFF_MAX_INTERVAL) 1s is below InitialInterval (XDS_CLIENT_BACKOFF_INITIAL_INTERVAL) 10s`},
+		{map[string]string{"XDS_CLIENT_BACKOFF_RANDOM_FACTOR": "2"}, nil, `RandomFactor (XDS_CLIENT_BACKOFF_RANDOM_FACTOR) 2: want a number from 0 to 1`},
+		{map[string]string{"XDS_CLIENT_BACKOFF_RANDOM_FACTOR": "half"}, nil, `XDS_CLIENT_BACKOFF_RANDOM_FACTOR: "half" is not a number`},
+		{map[string]string{"XDS_CLIENT_MAX_MSG_SIZE_IN_BYTES": "-1"}, nil, `MaxRecvMsgSize (XDS_CLIENT_MAX_MSG_SIZE_IN_BYTES) -1`},
 		{map[string]string{"FORCE_START_WITHOUT_INITIAL_CONFIG": "sure"}, nil, `FORCE_START_WITHOUT_INITIAL_CONFIG: "sure"`},
 		{map[string]string{"RUNTIME_ROOT": "/d", "RUNTIME_SUBDIRECTORY": "../etc"}, nil, `RUNTIME_ROOT: "../etc"`},
 		{map[string]string{"GRPC_UDS": "/tmp/rl.sock"}, nil, `GRPC_UDS: "/tmp/rl.sock"`},
@@ -250,12 +272,5 @@ func TestConfigReportsEveryProblem(t *testing.T) {
 		if err == nil || !strings.Contains(err.Error(), v) {
 			t.Errorf("error %v does not name %s", err, v)
 		}
-	}
-}
-
-func TestXDSConfigRefusesToStart(t *testing.T) {
-	err := run(t.Context(), nil, envOf(map[string]string{"CONFIG_TYPE": "GRPC_XDS_SOTW"}), io.Discard, io.Discard)
-	if err == nil || !strings.Contains(err.Error(), "CONFIG_TYPE: GRPC_XDS_SOTW is not supported") {
-		t.Fatalf("run: %v", err)
 	}
 }

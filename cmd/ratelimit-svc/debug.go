@@ -1,6 +1,7 @@
 package main
 
 import (
+	"encoding/json"
 	"fmt"
 	"io"
 	"net/http"
@@ -16,7 +17,7 @@ import (
 // debugEndpoints are the debug listener's paths and what they show, listed
 // on its root as envoyproxy/ratelimit does.
 var debugEndpoints = map[string]string{
-	"/debug/config":        "the policy snapshot in force, with every problem found (JSON)",
+	"/debug/config":        "the policy snapshot in force, where it came from, and every problem found (JSON)",
 	"/debug/keys":          "live key state: ?prefix= and ?limit= (JSON)",
 	"/debug/pprof/":        "root of the pprof endpoints",
 	"/debug/pprof/profile": "CPU profile",
@@ -48,8 +49,33 @@ func (a *app) debugRoutes() http.Handler {
 	return mux
 }
 
+// debugConfig shows the snapshot in force and its source: for xDS
+// {"source": the client's status, "config": the snapshot}; for files the
+// snapshot's fields, with "source" naming the path.
 func (a *app) debugConfig(w http.ResponseWriter, _ *http.Request) {
-	writeJSON(w, a.pol.Current())
+	snap := a.pol.Current()
+	if a.xds != nil {
+		writeJSON(w, map[string]any{"source": a.xds.Status(), "config": snap})
+		return
+	}
+	raw, err := json.Marshal(snap)
+	if err != nil {
+		http.Error(w, err.Error(), http.StatusInternalServerError)
+		return
+	}
+	var out map[string]json.RawMessage
+	if err := json.Unmarshal(raw, &out); err != nil {
+		http.Error(w, err.Error(), http.StatusInternalServerError)
+		return
+	}
+	out["source"], _ = json.Marshal(fileSource{Type: "FILE", Path: a.cfg.ConfigPath})
+	writeJSON(w, out)
+}
+
+// fileSource is the source of policies read from files.
+type fileSource struct {
+	Type string `json:"type"`
+	Path string `json:"path"`
 }
 
 // debugKeys shows the live state of keys starting with ?prefix= (at most

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"encoding/json"
 	"net"
 	"net/http"
 	"os"
@@ -112,4 +113,25 @@ func status(t *testing.T, url string) int {
 	}
 	resp.Body.Close()
 	return resp.StatusCode
+}
+
+// TestDebugConfigNamesItsSource: for files, /debug/config is the
+// snapshot with "source" naming the type and the path.
+func TestDebugConfigNamesItsSource(t *testing.T) {
+	s := start(t, "../../config")
+	var dc struct {
+		Source struct {
+			Type string `json:"type"`
+			Path string `json:"path"`
+		} `json:"source"`
+		Version string                     `json:"version"`
+		Domains map[string]json.RawMessage `json:"domains"`
+	}
+	body := get(t, "http://"+s.debugAddr+"/debug/config")
+	if err := json.Unmarshal([]byte(body), &dc); err != nil {
+		t.Fatalf("/debug/config: %v\n%s", err, body)
+	}
+	if dc.Source.Type != "FILE" || dc.Source.Path != "../../config" || dc.Version == "" || dc.Domains["api"] == nil {
+		t.Errorf("/debug/config: source %+v, version %q, %d domains", dc.Source, dc.Version, len(dc.Domains))
+	}
 }

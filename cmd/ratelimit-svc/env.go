@@ -8,6 +8,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/ratelimit-svc/ratelimit-svc/pkg/policy"
 )
 
 // setting is one flag's value before the command line is read: from our
@@ -249,9 +251,9 @@ func (r *envReader) logging() {
 // are accepted with a note.
 func (r *envReader) behaviour() {
 	ev := r.ev
-	ev.shadow = r.bool("SHADOW_MODE", false)
+	load := r.loadOptions()
+	ev.shadow, ev.merge = load.ShadowMode, load.MergeDomains
 	ev.stopIncr = r.bool("STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT", false)
-	ev.merge = r.bool("MERGE_DOMAIN_CONFIG", false)
 	ev.metadata = r.bool("RESPONSE_DYNAMIC_METADATA", false)
 	ev.useStatsd = r.bool("USE_STATSD", false)
 	if ev.useStatsd {
@@ -279,6 +281,12 @@ func (r *envReader) behaviour() {
 		from = "LIMIT_RESPONSE_HEADERS_ENABLED"
 	}
 	r.set("response-headers", "RLS_RESPONSE_HEADERS", headers, from, "LIMIT_RESPONSE_HEADERS_ENABLED")
+}
+
+// loadOptions: SHADOW_MODE and MERGE_DOMAIN_CONFIG, the options policies
+// are loaded with (by the service and by validate).
+func (r *envReader) loadOptions() policy.LoadOptions {
+	return policy.LoadOptions{ShadowMode: r.bool("SHADOW_MODE", false), MergeDomains: r.bool("MERGE_DOMAIN_CONFIG", false)}
 }
 
 // unsupported fails on envoyproxy/ratelimit settings whose values this

@@ -1,5 +1,7 @@
 // Command ratelimit-svc serves Envoy's Rate Limit Service v3 and external
-// processor over the policies of a directory, with health and reflection,
+// processor over the policies of a directory, or over the rate limit
+// configs an xDS server sends (CONFIG_TYPE=GRPC_XDS_SOTW), with health and
+// reflection,
 // an HTTP port for /healthcheck, /metrics and /json, and a debug port for
 // operators (pprof, /debug/config, /debug/keys, /rlconfig). It also runs
 // on envoyproxy/ratelimit's environment variables, as a drop-in.
@@ -27,9 +29,9 @@ import (
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/reflection"
 
+	"github.com/ratelimit-svc/ratelimit-svc/internal/xdsconfig"
 	"github.com/ratelimit-svc/ratelimit-svc/pkg/envoyapi"
 	"github.com/ratelimit-svc/ratelimit-svc/pkg/limiter"
-	"github.com/ratelimit-svc/ratelimit-svc/pkg/policy"
 )
 
 func main() {
@@ -58,7 +60,7 @@ var healthNames = []string{
 // the process: tests call it.
 func run(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
 	if len(args) > 0 && args[0] == "validate" {
-		return runValidate(args[1:], stdout, stderr)
+		return runValidate(args[1:], getenv, stdout, stderr)
 	}
 	cfg, err := parseConfig(args, getenv, stderr)
 	if errors.Is(err, flag.ErrHelp) {
@@ -68,9 +70,6 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		return err
 	}
 	log := newLogger(cfg, stdout)
-	if err := xdsStartError(cfg.Xds); err != nil {
-		return err
-	}
 	for _, n := range cfg.Notes {
 		log.Warn(n)
 	}
@@ -102,7 +101,8 @@ type app struct {
 	log      *slog.Logger
 	tel      *telemetry
 	lim      *limiter.Limiter
-	pol      *policy.Watcher
+	pol      policySource
+	xds      *xdsconfig.Client // nil when the policies come from files
 	redis    redis.UniversalClient
 	rls      *envoyapi.RLS
 	draining atomic.Bool
@@ -115,6 +115,11 @@ type app struct {
 	httpLis  net.Listener
 	promLis  net.Listener
 	debugLis net.Listener
+
+	// configured is closed once there is a config to serve: at once for
+	// files or with FORCE_START_WITHOUT_INITIAL_CONFIG, else when the
+	// first set arrived over xDS. Until then health is NOT_SERVING.
+	configured <-chan struct{}
 }
 
 // serve runs every part until ctx ends, then shuts down in order: health
@@ -126,6 +131,9 @@ func (a *app) serve(ctx context.Context) error {
 	wg.Go(func() { errs <- a.lim.Run(bg) })
 	wg.Go(func() { errs <- a.pol.Run(bg) })
 	wg.Go(func() { errs <- a.grpc.Serve(a.grpcLis) })
+	if !a.hasConfig() {
+		wg.Go(func() { a.awaitConfig(bg) })
+	}
 	for _, s := range a.httpServers() {
 		wg.Go(func() {
 			if err := s.srv.Serve(s.lis); !errors.Is(err, http.ErrServerClosed) {
@@ -139,7 +147,7 @@ func (a *app) serve(ctx context.Context) error {
 	}
 	a.log.Info("serving", "grpc", a.grpcLis.Addr().String(), "http", a.httpLis.Addr().String(),
 		"debug", addrOf(a.debugLis), "prometheus", addrOf(a.promLis), "tls", a.cfg.GRPCTLS.enabled(),
-		"config", a.cfg.ConfigPath, "mode", mode, "service", a.cfg.Service, "replica", a.cfg.ReplicaID)
+		"config", a.configSource(), "mode", mode, "service", a.cfg.Service, "replica", a.cfg.ReplicaID)
 	var runErr error
 	select {
 	case <-ctx.Done():
@@ -204,14 +212,43 @@ func addrOf(l net.Listener) string {
 	return l.Addr().String()
 }
 
-// registerGRPC puts RLS, ext_proc, health and reflection on one server.
-func registerGRPC(s *grpc.Server, rls *envoyapi.RLS, xp *envoyapi.ExtProc, h *health.Server) {
+// registerGRPC puts RLS, ext_proc, health and reflection on one server;
+// health answers st, overall and for every name of healthNames.
+func registerGRPC(s *grpc.Server, rls *envoyapi.RLS, xp *envoyapi.ExtProc, h *health.Server,
+	st healthpb.HealthCheckResponse_ServingStatus) {
 	envoyapi.RegisterRLS(s, rls)
 	envoyapi.RegisterExtProc(s, xp)
 	healthpb.RegisterHealthServer(s, h)
-	h.SetServingStatus("", healthpb.HealthCheckResponse_SERVING)
-	for _, n := range healthNames {
-		h.SetServingStatus(n, healthpb.HealthCheckResponse_SERVING)
-	}
+	setHealth(h, st)
 	reflection.Register(s)
+}
+
+// setHealth sets st overall and for every name of healthNames. After
+// h.Shutdown (drain) it changes nothing.
+func setHealth(h *health.Server, st healthpb.HealthCheckResponse_ServingStatus) {
+	h.SetServingStatus("", st)
+	for _, n := range healthNames {
+		h.SetServingStatus(n, st)
+	}
+}
+
+// hasConfig reports whether there is a config to serve.
+func (a *app) hasConfig() bool {
+	select {
+	case <-a.configured:
+		return true
+	default:
+		return false
+	}
+}
+
+// awaitConfig turns health SERVING once the first config arrived, or
+// returns when ctx ends first.
+func (a *app) awaitConfig(ctx context.Context) {
+	select {
+	case <-a.configured:
+		setHealth(a.health, healthpb.HealthCheckResponse_SERVING)
+		a.log.Info("first config received: health SERVING", "config", a.configSource())
+	case <-ctx.Done():
+	}
 }

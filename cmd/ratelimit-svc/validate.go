@@ -13,15 +13,17 @@ import (
 var errInvalid = errors.New("policies have errors")
 
 // runValidate is `ratelimit-svc validate [-q] <dir or file>...`: it parses
-// the policies as the service would, prints every problem as
+// the policies as the service would, with the load options of the same
+// environment (MERGE_DOMAIN_CONFIG, SHADOW_MODE), prints every problem as
 // "file:path: message" (warnings marked), and fails when any is an error,
 // for CI pipelines that check ConfigMaps before they ship.
-func runValidate(args []string, stdout, stderr io.Writer) error {
+func runValidate(args []string, getenv func(string) string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("ratelimit-svc validate", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	quiet := fs.Bool("q", false, "print errors only, not warnings")
 	fs.Usage = func() {
 		fmt.Fprintln(stderr, "usage: ratelimit-svc validate [-q] <policy dir or file>...")
+		fmt.Fprintln(stderr, "MERGE_DOMAIN_CONFIG and SHADOW_MODE apply as they do to the service.")
 		fs.PrintDefaults()
 	}
 	if err := fs.Parse(args); err != nil {
@@ -31,9 +33,14 @@ func runValidate(args []string, stdout, stderr io.Writer) error {
 		fs.Usage()
 		return errors.New("validate: no policy path given")
 	}
+	r := &envReader{getenv: getenv}
+	load := r.loadOptions()
+	if err := errors.Join(r.errs...); err != nil {
+		return fmt.Errorf("validate: %w", err)
+	}
 	failed := false
 	for _, path := range fs.Args() {
-		snap, err := policy.Load(path)
+		snap, err := policy.LoadWith(path, load)
 		if err != nil {
 			return fmt.Errorf("validate: %w", err)
 		}

@@ -14,8 +14,10 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/health"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/keepalive"
 
+	"github.com/ratelimit-svc/ratelimit-svc/internal/xdsconfig"
 	"github.com/ratelimit-svc/ratelimit-svc/pkg/envoyapi"
 	"github.com/ratelimit-svc/ratelimit-svc/pkg/limiter"
 	"github.com/ratelimit-svc/ratelimit-svc/pkg/limiter/redisstore"
@@ -27,15 +29,10 @@ import (
 // until serve.
 func wire(cfg config, log *slog.Logger, tel *telemetry, tr *tracing, headers envoyapi.HeaderMode) (*app, error) {
 	a := &app{cfg: cfg, log: log, tel: tel}
-	pol, err := policy.NewWatcher(cfg.ConfigPath, policy.WatcherOptions{
-		Logger:   log.With("component", "policy"),
-		OnReload: a.countReload,
-		Load:     policy.LoadOptions{MergeDomains: cfg.MergeDomainConfig, ShadowMode: cfg.ShadowMode},
-	})
-	if err != nil {
-		return nil, fmt.Errorf("loading policies from %s: %w", cfg.ConfigPath, err)
+	if err := a.openPolicies(); err != nil {
+		return nil, err
 	}
-	a.pol = pol
+	pol := a.pol
 	limOpts := []limiter.Option{limiter.WithLogger(log.With("component", "limiter")),
 		limiter.WithMeterProvider(tel.provider)}
 	if cfg.RedisURL != "" {
@@ -75,12 +72,67 @@ func wire(cfg config, log *slog.Logger, tel *telemetry, tr *tracing, headers env
 		opts = append(opts, grpc.Creds(credentials.NewTLS(rel.serverConfig())))
 	}
 	a.grpc = grpc.NewServer(opts...)
-	registerGRPC(a.grpc, a.rls, xp, a.health)
+	st := healthpb.HealthCheckResponse_NOT_SERVING
+	if a.hasConfig() {
+		st = healthpb.HealthCheckResponse_SERVING
+	}
+	registerGRPC(a.grpc, a.rls, xp, a.health, st)
 	if err := a.listen(); err != nil {
 		a.close()
 		return nil, err
 	}
 	return a, nil
+}
+
+// policySource keeps the policy snapshot in force current: the file
+// Watcher, or the xDS client with CONFIG_TYPE=GRPC_XDS_SOTW. Both are
+// safe for concurrent use; Run owns their background work until its
+// context ends.
+type policySource interface {
+	Current() *policy.Snapshot
+	Run(ctx context.Context) error
+}
+
+// closed is a channel that is always closed: a config that is there.
+var closed = func() chan struct{} { c := make(chan struct{}); close(c); return c }()
+
+// openPolicies builds the source the configuration names, with the load
+// options the service runs with (MERGE_DOMAIN_CONFIG, SHADOW_MODE); every
+// load it makes, from files or from xDS, is counted in
+// ratelimit_config_reloads.
+func (a *app) openPolicies() error {
+	cfg := a.cfg
+	if !cfg.Xds.Enabled {
+		w, err := policy.NewWatcher(cfg.ConfigPath, policy.WatcherOptions{
+			Logger: a.log.With("component", "policy"), OnReload: a.countReload, Load: cfg.loadOptions(),
+		})
+		if err != nil {
+			return fmt.Errorf("loading policies from %s: %w", cfg.ConfigPath, err)
+		}
+		a.pol, a.configured = w, closed
+		return nil
+	}
+	o := cfg.Xds.Options
+	o.Load = cfg.loadOptions()
+	o.Logger = a.log.With("component", "xds")
+	o.OnUpdate = func(u xdsconfig.Update) { a.countReload(u.Result) }
+	c, err := xdsconfig.New(o)
+	if err != nil {
+		return fmt.Errorf("CONFIG_TYPE=GRPC_XDS_SOTW: %w", err)
+	}
+	a.pol, a.xds, a.configured = c, c, c.Ready()
+	if cfg.Xds.ForceStart {
+		a.configured = closed
+	}
+	return nil
+}
+
+// configSource names where the policies come from, for logs.
+func (a *app) configSource() string {
+	if a.xds != nil {
+		return xdsconfig.SourceType + " " + a.cfg.Xds.ServerURL + " node " + a.cfg.Xds.NodeID
+	}
+	return a.cfg.ConfigPath
 }
 
 // listen binds every port. The gRPC, HTTP and Prometheus ports must bind;
@@ -172,6 +224,10 @@ func (a *app) metricsRoutes() http.Handler {
 func (a *app) healthcheck(w http.ResponseWriter, _ *http.Request) {
 	if a.draining.Load() {
 		http.Error(w, "draining", http.StatusInternalServerError)
+		return
+	}
+	if !a.hasConfig() {
+		http.Error(w, "no config yet", http.StatusInternalServerError)
 		return
 	}
 	w.Write([]byte("OK\n"))

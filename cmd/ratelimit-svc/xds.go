@@ -1,42 +1,35 @@
 package main
 
 import (
-	"fmt"
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/ratelimit-svc/ratelimit-svc/internal/xdsconfig"
 )
 
 // xdsConfig is envoyproxy/ratelimit's configuration over xDS
-// (CONFIG_TYPE=GRPC_XDS_SOTW): where the ADS server is, how this client
-// names itself, its TLS and its reconnection backoff. The variables are
-// read and checked whether or not xDS is on, as envoyproxy/ratelimit does.
+// (CONFIG_TYPE=GRPC_XDS_SOTW): whether it is on, whether to serve before
+// the first config, and the client's options, which are the one model of
+// everything else. The variables are read and checked whether or not xDS
+// is on, as envoyproxy/ratelimit reads them: the reader below parses each
+// value, and xdsconfig.Options.Validate alone judges the values (ranges,
+// pairs), naming each variable.
 type xdsConfig struct {
 	// Enabled is CONFIG_TYPE=GRPC_XDS_SOTW (the other value is FILE).
 	Enabled bool
-	// ServerURL is the ADS server's host:port.
-	ServerURL string
-	// NodeID and NodeMetadata name this client to the server.
-	NodeID       string
-	NodeMetadata map[string]string
-	// Headers are added to the stream's metadata.
-	Headers map[string]string
-	// RetryInterval is CONFIG_GRPC_XDS_SERVER_CONNECT_RETRY_INTERVAL.
-	RetryInterval time.Duration
-	// UseTLS dials the server over TLS; ClientCert/ClientKey present a
-	// client certificate, ServerCA checks the server's (empty: system
-	// roots), ServerSAN, when set, is the name the server must carry.
-	UseTLS                 bool
-	ClientCert, ClientKey  string
-	ServerCA, ServerSAN    string
-	BackoffInitial         time.Duration
-	BackoffMax             time.Duration
-	BackoffRandomFactor    float64
-	BackoffJitter          bool
-	ForceStartWithoutFirst bool
-	// MaxMsgSize bounds a message from the server; 0: gRPC's default.
-	MaxMsgSize int
+	// ForceStart is FORCE_START_WITHOUT_INITIAL_CONFIG: serve, health
+	// SERVING, before the first config arrived.
+	ForceStart bool
+	// Options are the client's, defaults filled in; wire adds the load
+	// options, the logger and the update hook.
+	xdsconfig.Options
 }
+
+// xdsTLSVars are the TLS variables, used only with
+// CONFIG_GRPC_XDS_SERVER_USE_TLS=true, as envoyproxy/ratelimit uses them.
+var xdsTLSVars = []string{"CONFIG_GRPC_XDS_CLIENT_TLS_CERT", "CONFIG_GRPC_XDS_CLIENT_TLS_KEY",
+	"CONFIG_GRPC_XDS_SERVER_TLS_CACERT", "CONFIG_GRPC_XDS_SERVER_TLS_SAN"}
 
 func (r *envReader) xds() {
 	x := &r.ev.xds
@@ -47,44 +40,37 @@ func (r *envReader) xds() {
 	default:
 		r.fail("CONFIG_TYPE", "%q: want FILE or GRPC_XDS_SOTW", t)
 	}
-	x.ServerURL = r.str("CONFIG_GRPC_XDS_SERVER_URL", "localhost:18000")
-	if _, err := hostPort(x.ServerURL); err != nil {
-		r.fail("CONFIG_GRPC_XDS_SERVER_URL", "%v", err)
+	x.ForceStart = r.bool("FORCE_START_WITHOUT_INITIAL_CONFIG", false)
+	x.ServerURL = r.str("CONFIG_GRPC_XDS_SERVER_URL", xdsconfig.DefaultServerURL)
+	x.NodeID = r.str("CONFIG_GRPC_XDS_NODE_ID", xdsconfig.DefaultNodeID)
+	x.NodeMetadata = r.pairs("CONFIG_GRPC_XDS_NODE_METADATA", xdsconfig.ParseNodeMetadata)
+	x.Headers = r.pairs("CONFIG_GRPC_XDS_CLIENT_ADDITIONAL_HEADERS", xdsconfig.ParseHeaders)
+	if r.getenv("CONFIG_GRPC_XDS_SERVER_CONNECT_RETRY_INTERVAL") != "" {
+		r.duration("CONFIG_GRPC_XDS_SERVER_CONNECT_RETRY_INTERVAL", 0)
+		r.ev.notes = append(r.ev.notes, "CONFIG_GRPC_XDS_SERVER_CONNECT_RETRY_INTERVAL: ignored; "+
+			"the xDS client reconnects after XDS_CLIENT_BACKOFF_* delays")
 	}
-	x.NodeID = r.str("CONFIG_GRPC_XDS_NODE_ID", "default")
-	x.NodeMetadata = r.pairs("CONFIG_GRPC_XDS_NODE_METADATA")
-	x.Headers = r.pairs("CONFIG_GRPC_XDS_CLIENT_ADDITIONAL_HEADERS")
-	x.RetryInterval = r.duration("CONFIG_GRPC_XDS_SERVER_CONNECT_RETRY_INTERVAL", 3*time.Second)
 	x.UseTLS = r.bool("CONFIG_GRPC_XDS_SERVER_USE_TLS", false)
-	x.ClientCert = r.getenv("CONFIG_GRPC_XDS_CLIENT_TLS_CERT")
-	x.ClientKey = r.getenv("CONFIG_GRPC_XDS_CLIENT_TLS_KEY")
-	x.ServerCA = r.getenv("CONFIG_GRPC_XDS_SERVER_TLS_CACERT")
-	x.ServerSAN = r.getenv("CONFIG_GRPC_XDS_SERVER_TLS_SAN")
-	if x.UseTLS && (x.ClientCert == "") != (x.ClientKey == "") {
-		r.fail("CONFIG_GRPC_XDS_CLIENT_TLS_CERT", "give it and CONFIG_GRPC_XDS_CLIENT_TLS_KEY, or neither")
-	}
-	x.BackoffInitial = r.duration("XDS_CLIENT_BACKOFF_INITIAL_INTERVAL", 10*time.Second)
-	x.BackoffMax = r.duration("XDS_CLIENT_BACKOFF_MAX_INTERVAL", 60*time.Second)
-	if x.BackoffMax < x.BackoffInitial {
-		r.fail("XDS_CLIENT_BACKOFF_MAX_INTERVAL", "%v is less than XDS_CLIENT_BACKOFF_INITIAL_INTERVAL (%v)", x.BackoffMax, x.BackoffInitial)
-	}
-	x.BackoffRandomFactor = 0.5
-	if s := r.getenv("XDS_CLIENT_BACKOFF_RANDOM_FACTOR"); s != "" {
-		f, err := strconv.ParseFloat(s, 64)
-		if err != nil || f < 0 || f > 1 {
-			r.fail("XDS_CLIENT_BACKOFF_RANDOM_FACTOR", "%q: want a number from 0 to 1", s)
-		} else {
-			x.BackoffRandomFactor = f
+	tls := make([]string, len(xdsTLSVars))
+	for i, v := range xdsTLSVars {
+		tls[i] = r.getenv(v)
+		if tls[i] != "" && !x.UseTLS {
+			r.ev.notes = append(r.ev.notes, v+": ignored without CONFIG_GRPC_XDS_SERVER_USE_TLS=true")
 		}
 	}
-	x.BackoffJitter = r.bool("XDS_CLIENT_BACKOFF_JITTER", true)
-	x.ForceStartWithoutFirst = r.bool("FORCE_START_WITHOUT_INITIAL_CONFIG", false)
-	if s := r.getenv("XDS_CLIENT_MAX_MSG_SIZE_IN_BYTES"); s != "" {
-		n, err := strconv.Atoi(s)
-		if err != nil || n <= 0 {
-			r.fail("XDS_CLIENT_MAX_MSG_SIZE_IN_BYTES", "%q is not a size in bytes", s)
-		}
-		x.MaxMsgSize = n
+	if x.UseTLS {
+		x.ClientCert, x.ClientKey, x.CACert, x.ServerSAN = tls[0], tls[1], tls[2], tls[3]
+	}
+	x.InitialInterval = r.anyDuration("XDS_CLIENT_BACKOFF_INITIAL_INTERVAL", xdsconfig.DefaultInitialInterval)
+	x.MaxInterval = r.anyDuration("XDS_CLIENT_BACKOFF_MAX_INTERVAL", xdsconfig.DefaultMaxInterval)
+	x.RandomFactor = r.float("XDS_CLIENT_BACKOFF_RANDOM_FACTOR", xdsconfig.DefaultRandomFactor)
+	x.NoJitter = !r.bool("XDS_CLIENT_BACKOFF_JITTER", true)
+	if r.getenv("XDS_CLIENT_BACKOFF_RANDOM_FACTOR") != "" && x.RandomFactor == 0 {
+		x.NoJitter = true // no randomisation, as there; in Options 0 means the default
+	}
+	x.MaxRecvMsgSize = r.int("XDS_CLIENT_MAX_MSG_SIZE_IN_BYTES")
+	if err := x.Validate(); err != nil {
+		r.errs = append(r.errs, err)
 	}
 }
 
@@ -109,29 +95,53 @@ func (r *envReader) duration(name string, def time.Duration) time.Duration {
 	return d
 }
 
-// pairs reads "k1:v1,k2:v2" (envoyproxy/ratelimit's map form).
-func (r *envReader) pairs(name string) map[string]string {
+// anyDuration reads a duration of any sign, for a value someone else
+// judges; def when unset.
+func (r *envReader) anyDuration(name string, def time.Duration) time.Duration {
 	s := r.getenv(name)
 	if s == "" {
-		return nil
+		return def
 	}
-	m := map[string]string{}
-	for p := range strings.SplitSeq(s, ",") {
-		k, v, ok := strings.Cut(p, ":")
-		if !ok || strings.TrimSpace(k) == "" {
-			r.fail(name, "%q: want key:value pairs separated by commas", p)
-			return nil
-		}
-		m[strings.TrimSpace(k)] = strings.TrimSpace(v)
+	d, err := time.ParseDuration(s)
+	if err != nil {
+		r.fail(name, "%q is not a duration (want 10s, 1m30s...)", s)
+		return def
 	}
-	return m
+	return d
 }
 
-// xdsStartError refuses to start on CONFIG_TYPE=GRPC_XDS_SOTW: its
-// settings are read and checked, but policies come from files only.
-func xdsStartError(x xdsConfig) error {
-	if x.Enabled {
-		return fmt.Errorf("CONFIG_TYPE: GRPC_XDS_SOTW is not supported yet; use FILE with RUNTIME_ROOT or --config")
+// float reads a number; def when unset.
+func (r *envReader) float(name string, def float64) float64 {
+	s := r.getenv(name)
+	if s == "" {
+		return def
 	}
-	return nil
+	f, err := strconv.ParseFloat(s, 64)
+	if err != nil {
+		r.fail(name, "%q is not a number", s)
+		return def
+	}
+	return f
+}
+
+// int reads a whole number; 0 when unset.
+func (r *envReader) int(name string) int {
+	s := r.getenv(name)
+	if s == "" {
+		return 0
+	}
+	n, err := strconv.Atoi(s)
+	if err != nil {
+		r.fail(name, "%q is not a whole number", s)
+	}
+	return n
+}
+
+// pairs reads a map with parse; nil when unset.
+func (r *envReader) pairs(name string, parse func(string) (map[string]string, error)) map[string]string {
+	m, err := parse(r.getenv(name))
+	if err != nil {
+		r.fail(name, "%v", err)
+	}
+	return m
 }
