@@ -93,8 +93,8 @@ type policySource interface {
 	Run(ctx context.Context) error
 }
 
-// closed is a channel that is always closed: a config that is there.
-var closed = func() chan struct{} { c := make(chan struct{}); close(c); return c }()
+// alwaysReady is a closed channel: a config that is there from the start.
+var alwaysReady = func() chan struct{} { c := make(chan struct{}); close(c); return c }()
 
 // openPolicies builds the source the configuration names, with the load
 // options the service runs with (MERGE_DOMAIN_CONFIG, SHADOW_MODE); every
@@ -109,7 +109,7 @@ func (a *app) openPolicies() error {
 		if err != nil {
 			return fmt.Errorf("loading policies from %s: %w", cfg.ConfigPath, err)
 		}
-		a.pol, a.configured = w, closed
+		a.pol, a.configured = w, alwaysReady
 		return nil
 	}
 	o := cfg.Xds.Options
@@ -122,7 +122,7 @@ func (a *app) openPolicies() error {
 	}
 	a.pol, a.xds, a.configured = c, c, c.Ready()
 	if cfg.Xds.ForceStart {
-		a.configured = closed
+		a.configured = alwaysReady
 	}
 	return nil
 }
