@@ -130,7 +130,8 @@ func (l *Limiter) creditDecide(res *Result, cs *creditState, r *Request, hits ui
 		return
 	} else if at > 0 && at-now <= int64(r.Rule.Tuning.storeTimeout()) {
 		// Within the clock's uncertainty of a boundary, which the store
-		// cannot help with: wait until the epoch is known.
+		// cannot help with, and the share of one of the two epochs is
+		// spent: wait until the epoch is known.
 		time.Sleep(time.Duration(at - now))
 		l.creditDecide(res, cs, r, hits, l.now(), dry)
 		return

@@ -53,6 +53,11 @@ type shareState struct {
 	sharers  int         // n for epoch
 	pending  []Hit       // share hits not yet pushed
 	released int64       // the last epoch of the share this replica released
+	// next counts units charged ahead to the share of epoch nextEpoch,
+	// the one after state's: admits within the clock's uncertainty of a
+	// boundary count in both epochs' shares (share_boundary.go).
+	next      uint64
+	nextEpoch int64
 	// release asks the next sync to release the current epoch's share.
 	release atomic.Bool
 }
@@ -113,6 +118,9 @@ func (l *Limiter) spendShare(cs *creditState, n, now int64, dry bool) (bool, int
 	p := int64(w.Period)
 	e := snow / p
 	if slack := l.clockErr.Load()/1000 + 1; (snow-slack)/p != e || (snow+slack)/p != e {
+		if l.spendAcross(cs, n, now, snow, (snow+slack)/p, dry) {
+			return true, 0
+		}
 		return false, now + ((snow+slack)/p*p+slack-snow)*1000
 	}
 	if e != sh.epoch {
@@ -131,7 +139,7 @@ func (l *Limiter) spendShare(cs *creditState, n, now int64, dry bool) (bool, int
 		return false, 0
 	}
 	sw := Window{Limit: size, Period: w.Period}
-	sh.state.Roll(sw, snow)
+	sh.roll(sw, snow)
 	if sh.state.Wait(sw, cs.rule.Algorithm, snow, uint64(n)) != 0 {
 		if cs.rule.Algorithm == FixedWindow && sh.state.Remaining(sw, FixedWindow, snow) == 0 {
 			sh.none.Store(l.localOf((e + 1) * p))
@@ -167,7 +175,7 @@ func (sh *shareState) spentElsewhere(ws []Window, n, snow int64) {
 	}
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
-	sh.state.Roll(ws[0], snow)
+	sh.roll(ws[0], snow)
 	sh.state.Charge(ws[0], FixedWindow, snow, uint64(n))
 }
 
@@ -195,6 +203,7 @@ func (sh *shareState) refundShare(w Window, a Algorithm, n, snow int64) int64 {
 		}
 	}
 	sw := Window{Limit: sh.size, Period: w.Period}
+	sh.roll(sw, snow)
 	sh.state.Refund(sw, a, snow, uint64(back))
 	sh.pendingN.Add(-back)
 	sh.none.Store(0)
@@ -259,8 +268,8 @@ func (sh *shareState) ample(w Window, snow int64) bool {
 		return sh.epoch != e && sh.released < e && sh.size > 0 // a new epoch refills it
 	}
 	sw := Window{Limit: sh.size, Period: w.Period}
+	sh.roll(sw, snow)
 	st := sh.state
-	st.Roll(sw, snow)
 	return st.Remaining(sw, FixedWindow, snow) > max(sh.size/8, 1)
 }
 

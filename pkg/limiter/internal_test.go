@@ -199,3 +199,44 @@ func TestTakeNeverShowsCreditItDoesNotHold(t *testing.T) {
 		t.Fatalf("take(2, 1) of 3: left %d, ok %v, credit %d", left, ok, cs.credit.Load())
 	}
 }
+
+// TestShareAdmitsAcrossBoundary: within the clock's uncertainty of a
+// boundary a share admit counts in the shares of both epochs, pushed as
+// a hit in each, and is refused once either share is spent.
+func TestShareAdmitsAcrossBoundary(t *testing.T) {
+	l := New()
+	hour := int64(time.Hour / time.Microsecond)
+	b := 1000 * hour // a boundary, store µs (offset 0: local ns = µs·1000)
+	l.joined.Store(1)
+	two := Membership{Members: []Member{{Joined: 1, Expires: 2 * b}, {Joined: 1, Expires: 2 * b}}}
+	rule := &Rule{Algorithm: FixedWindow, Windows: []Window{{Limit: 10, Period: time.Hour}}}
+	cs := l.newCredit("k", rule, 0)
+	l.clockErr.Store(int64(20 * time.Millisecond))
+	before := (b - 5000) * 1000 // 5 ms before the boundary, local ns
+	l.members.Store(&memberView{m: two, at: before})
+	for i := range 5 { // S = 5 in each epoch
+		if ok, _ := l.spendShare(cs, 1, before, false); !ok {
+			t.Fatalf("admit %d of 5 at the boundary refused", i+1)
+		}
+	}
+	if ok, _ := l.spendShare(cs, 1, before, false); ok {
+		t.Fatal("a sixth unit admitted: the share is 5")
+	}
+	var old, next int64
+	for _, h := range cs.share.pending {
+		switch h.At / hour {
+		case b/hour - 1:
+			old += h.N
+		case b / hour:
+			next += h.N
+		}
+	}
+	if old != 5 || next != 5 {
+		t.Fatalf("pushed %d hits in the epoch that ends and %d in the next; want 5 and 5", old, next)
+	}
+	after := (b + hour/2) * 1000 // mid-epoch: the next epoch's share holds 5 less
+	l.members.Store(&memberView{m: two, at: after})
+	if ok, _ := l.spendShare(cs, 1, after, false); ok {
+		t.Fatal("the next epoch's share admitted past the units charged to it ahead")
+	}
+}

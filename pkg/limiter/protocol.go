@@ -114,7 +114,22 @@ func (r *KeyRecord) Sync(replica string, it *SyncItem, now int64) SyncResult {
 	copy(out, r.Windows)
 	othersHeld := held.all - held.own
 	return SyncResult{Credit: mine, Others: satAdd(others, othersHeld), Held: othersHeld, Windows: out, Now: now, Pressed: r.Pressed > now,
-		Expires: expires, Contended: it.Waiting > grant && (othersHeld > 0 || sharesOf(it) && others > 0)}
+		Expires: expires, Contended: contended(it, ws, grant, others, othersHeld, now)}
+}
+
+// contended reports whether the caller's waiters need units other
+// replicas hold (step 6 left them short): shares, or for a rule with
+// shares, reservations too. An item of a share epoch the store has left
+// speaks of the waiters of an epoch that is over: they do not make the
+// others give up their shares of the new one.
+func contended(it *SyncItem, ws []Window, grant, others, othersHeld uint64, now int64) bool {
+	if it.Waiting <= grant {
+		return false
+	}
+	if !sharesOf(it) {
+		return othersHeld > 0
+	}
+	return now/int64(ws[0].Period) == it.ShareEpoch && satAdd(others, othersHeld) > 0
 }
 
 // dryGetsOne reports whether a replica that holds nothing and wants some

@@ -323,10 +323,11 @@ func TestSimRestart(t *testing.T) {
 
 // TestSimSlowStore: every store call 50 ms late, over 5 000 keys of
 // Zipf(1.1) popularity, the busiest far over their limit: the limit
-// holds. Denials of keys below half their limit are logged: a request
-// within the clock's uncertainty (half a round trip) of a boundary cannot
-// use its share and has no credit to fall back on when the store is
-// slower than StoreTimeout.
+// holds, and no key window sent no more than half its limit sees a
+// denial. A request within the clock's uncertainty (half a round trip)
+// of a boundary waits until the epoch is known rather than be denied;
+// the few keys denied under their limit (logged) are near it, where
+// units are held by other replicas that a slow store cannot move in time.
 func TestSimSlowStore(t *testing.T) {
 	r := keySim{rule: perMinute(100), replicas: 4, keys: 5000, rate: 500, zipf: 1.1,
 		duration: warmUp + 70*time.Second, measureFrom: warmUp,
@@ -339,7 +340,11 @@ func TestSimSlowStore(t *testing.T) {
 		}
 	}
 	over, under := r.check(t, false)
-	t.Logf("%d requests; %d windows over; %d key windows denied under the limit, %d of them under half of it", r.requests, over, under, half)
+	t.Logf("%d requests; %d windows over; %d key windows denied under the limit, %d of them under half of it; the longest decision %v",
+		r.requests, over, under, half, r.longest)
+	if half > 0 {
+		t.Errorf("%d key windows denied although sent no more than half the limit", half)
+	}
 }
 
 // TestSimSharedAlwaysCharge: a denied request of an AlwaysCharge rule is

@@ -413,6 +413,7 @@ local function sync(key, a)
   end
   local oheld = held - ownheld
   local contended = waiting > grant and (oheld > 0 or (has and rec.others > 0))
+  if has and idiv(now, ws[1].p) ~= se then contended = false end
   return save(key, rec, ws, credit, expires, oheld, contended), a
 end
 
