@@ -1,0 +1,260 @@
+package redisstore
+
+import (
+	"context"
+	"fmt"
+	"math"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/ratelimit-svc/ratelimit-svc/internal/redistest"
+	"github.com/ratelimit-svc/ratelimit-svc/pkg/limiter"
+)
+
+// costReplicas take turns calling, so each key holds their reservations
+// or share records, as on a fleet.
+const costReplicas = 4
+
+// costReps is how many times each script runs on a case's calls: the
+// least time is the one least disturbed by other work on the machine.
+const costReps = 7
+
+// costCase is one kind of item, synced keys at a time per script call.
+type costCase struct {
+	name string
+	keys int
+	item func(now int64) limiter.SyncItem
+}
+
+func costCases() []costCase {
+	lease := 3 * time.Second
+	fixed := func(now int64) limiter.SyncItem {
+		return limiter.SyncItem{Windows: []limiter.Window{{Limit: 100000, Period: time.Hour}}, Want: 10,
+			Replicas: costReplicas, Lease: lease, Hits: []limiter.Hit{{At: now, N: 1}}}
+	}
+	shared := func(now int64) limiter.SyncItem {
+		p := micros(time.Hour)
+		return limiter.SyncItem{Windows: []limiter.Window{{Limit: 100000, Period: time.Hour}},
+			Replicas: costReplicas, Lease: lease, ShareEpoch: now / p, Sharers: costReplicas, SharersNext: costReplicas,
+			ShareHits: []limiter.Hit{{At: now, N: 1}}}
+	}
+	sliding := func(now int64) limiter.SyncItem {
+		it := fixed(now)
+		it.Algorithm = limiter.SlidingWindow
+		return it
+	}
+	bucket := func(now int64) limiter.SyncItem {
+		it := fixed(now)
+		it.Algorithm = limiter.TokenBucket
+		it.Windows[0].Burst = 1000
+		return it
+	}
+	return []costCase{
+		{"fixed window", 1, fixed},
+		{"fixed window, static shares", 1, shared},
+		{"sliding window", 1, sliding},
+		{"token bucket", 1, bucket},
+		{"fixed window, 32 keys a call", 32, fixed},
+		{"fixed window, 100 keys a call", 100, fixed},
+		{"static shares, 100 keys a call", 100, shared},
+	}
+}
+
+// costVariants are the scripts measured on a case's calls, each adding a
+// part of the rate script to the one before, and the commands alone.
+func costVariants(t *testing.T) [][2]string {
+	defs, _, ok := strings.Cut(rateLua, "\nlocal replies = {}")
+	if !ok {
+		t.Fatal("rate.lua: no main loop")
+	}
+	const commands = `
+local now = clock()
+for k = 1, #KEYS do
+  local key = KEYS[k]
+  local flat = redis.call('HGETALL', key)
+  local w, x
+  for i = 1, #flat, 2 do
+    if flat[i] == 'w' then w = flat[i + 1] elseif flat[i] == 'x' then x = flat[i + 1] end
+  end
+  redis.call('HSET', key, 'w', w, 'x', x)
+  redis.call('PEXPIREAT', key, ceilms(tonumber(x) + 1000000))
+end
+return 0`
+	return [][2]string{
+		{"EVALSHA of `return 0`", "return 0"},
+		{"+ lib.lua", libLua + "\nreturn 0"},
+		{"+ TIME", libLua + "\nlocal now = clock()\nreturn 0"},
+		{"+ rate.lua's definitions", libLua + defs + "\nreturn 0"},
+		{"rate.lua", libLua + rateLua},
+		{"TIME, HGETALL, HSET w x, PEXPIREAT", libLua + commands},
+	}
+}
+
+// TestMeasureScriptCost measures what a rate script call costs Redis, by
+// Redis's own accounting (INFO commandstats, INFO cpu), for each kind of
+// item and each part of the script. Run with RLS_MEASURE=1 and -v; it
+// asserts that every call was applied and every reply of the rate script
+// reads as a sync result.
+func TestMeasureScriptCost(t *testing.T) {
+	if os.Getenv("RLS_MEASURE") != "1" {
+		t.Skip("a measurement: set RLS_MEASURE=1 to run it")
+	}
+	c := redistest.Start(t).Client(t)
+	variants := costVariants(t)
+	t.Log("| item | keys a call | " + strings.Join(variantNames(variants), " | ") + " | per key (rate.lua) | Redis CPU per key |")
+	t.Log("|---" + strings.Repeat("|---", len(variants)+3) + "|")
+	for i, cc := range costCases() {
+		calls := costCalls(t, c, fmt.Sprint("cost", i), cc)
+		row := []string{cc.name, fmt.Sprint(cc.keys)}
+		var full, cpu float64
+		for _, v := range variants {
+			us, cpuUs := costRun(t, c, v[1], calls, costReps)
+			row = append(row, fmt.Sprintf("%.1f", us))
+			if v[0] == "rate.lua" {
+				full, cpu = us, cpuUs
+			}
+		}
+		row = append(row, fmt.Sprintf("%.2f", full/float64(cc.keys)), fmt.Sprintf("%.2f", cpu/float64(cc.keys)))
+		t.Log("| " + strings.Join(row, " | ") + " |")
+	}
+}
+
+func variantNames(vs [][2]string) []string {
+	var names []string
+	for _, v := range vs {
+		names = append(names, v[0]+" µs/call")
+	}
+	return names
+}
+
+// costCalls builds 2000 keys' worth of calls of cc (4000 for batches),
+// replicas taking turns, and applies them twice so every key holds each
+// replica's reservation or share record.
+func costCalls(t *testing.T, c *redis.Client, service string, cc costCase) []call {
+	ctx := context.Background()
+	now, err := c.Time(ctx).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := New(c, service)
+	keys := 2000
+	if cc.keys > 1 {
+		keys = 4000
+	}
+	var calls []call
+	var items [][]limiter.SyncItem
+	for k := 0; k < keys; k += cc.keys {
+		cl := call{args: []any{fmt.Sprint("replica-", len(calls)%costReplicas)}}
+		var its []limiter.SyncItem
+		for j := range cc.keys {
+			it := cc.item(now.UnixMicro())
+			it.Key = fmt.Sprint("user=", k+j)
+			cl.keys = append(cl.keys, s.keys.rate(it.Key))
+			cl.args = appendRateArgs(cl.args, &it)
+			its = append(its, it)
+		}
+		calls, items = append(calls, cl), append(items, its)
+	}
+	out := make([]limiter.SyncResult, cc.keys)
+	for range costReplicas {
+		cmds, err := s.evalRound(ctx, rateScript, calls)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i, cmd := range cmds {
+			if err := decodeSyncs(cmd, items[i], out); err != nil {
+				t.Fatal(err)
+			}
+		}
+		// The next replica's turn.
+		calls, items = append(calls[1:], calls[0]), append(items[1:], items[0])
+	}
+	return calls
+}
+
+// costRun runs src once per call, reps times, and returns the least mean
+// Redis time of a call (commandstats' usec of EVALSHA, which counts the
+// commands the script runs) and Redis CPU (user + sys) per call in the
+// same run, in µs.
+func costRun(t *testing.T, c *redis.Client, src string, calls []call, reps int) (us, cpu float64) {
+	t.Helper()
+	ctx := context.Background()
+	us, cpu = math.Inf(1), math.Inf(1)
+	for range reps {
+		// A fresh Lua state, so no run pays for another's garbage.
+		if err := c.ScriptFlush(ctx).Err(); err != nil {
+			t.Fatal(err)
+		}
+		sha, err := c.ScriptLoad(ctx, src).Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := c.ConfigResetStat(ctx).Err(); err != nil {
+			t.Fatal(err)
+		}
+		cpu0 := costCPU(t, c)
+		for from := 0; from < len(calls); from += 50 {
+			pipe := c.Pipeline()
+			for _, cl := range calls[from:min(from+50, len(calls))] {
+				pipe.EvalSha(ctx, sha, cl.keys, cl.args...)
+			}
+			if _, err := pipe.Exec(ctx); err != nil {
+				t.Fatal(err)
+			}
+		}
+		cpu = min(cpu, (costCPU(t, c)-cpu0)*1e6/float64(len(calls)))
+		n, total := costStat(t, c, "evalsha")
+		if n != len(calls) {
+			t.Fatalf("%d EVALSHA counted for %d calls", n, len(calls))
+		}
+		us = min(us, total/float64(n))
+	}
+	return us, cpu
+}
+
+// costStat reads the calls and total µs of cmd from INFO commandstats.
+func costStat(t *testing.T, c *redis.Client, cmd string) (int, float64) {
+	t.Helper()
+	info, err := c.Info(context.Background(), "commandstats").Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, line := range strings.Split(info, "\n") {
+		rest, ok := strings.CutPrefix(strings.TrimSpace(line), "cmdstat_"+cmd+":")
+		if !ok {
+			continue
+		}
+		var n int
+		var usec float64
+		if _, err := fmt.Sscanf(rest, "calls=%d,usec=%g,", &n, &usec); err != nil {
+			t.Fatalf("commandstats %q: %v", line, err)
+		}
+		return n, usec
+	}
+	return 0, 0
+}
+
+// costCPU reads Redis's used_cpu_user + used_cpu_sys, in seconds.
+func costCPU(t *testing.T, c *redis.Client) float64 {
+	t.Helper()
+	info, err := c.Info(context.Background(), "cpu").Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var sum float64
+	for _, line := range strings.Split(info, "\n") {
+		name, v, ok := strings.Cut(strings.TrimSpace(line), ":")
+		if ok && (name == "used_cpu_user" || name == "used_cpu_sys") {
+			var s float64
+			if _, err := fmt.Sscan(v, &s); err != nil {
+				t.Fatalf("INFO cpu %q: %v", line, err)
+			}
+			sum += s
+		}
+	}
+	return sum
+}
