@@ -2,14 +2,10 @@ package envoyapi
 
 import (
 	"fmt"
-	"math"
 	"slices"
-	"time"
 
 	rlcommonv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	ratelimitv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
-	"google.golang.org/protobuf/types/known/durationpb"
-	"google.golang.org/protobuf/types/known/wrapperspb"
 
 	"github.com/ratelimit-svc/ratelimit-svc/pkg/limiter"
 	"github.com/ratelimit-svc/ratelimit-svc/pkg/policy"
@@ -157,74 +153,4 @@ func (b *batch) collect() {
 		}
 	}
 	b.results = slices.Grow(b.results[:0], len(b.reqs))[:len(b.reqs)]
-}
-
-// respond turns the limiter's results into the RLS response.
-func (b *batch) respond() *ratelimitv3.RateLimitResponse {
-	resp := &ratelimitv3.RateLimitResponse{
-		OverallCode: ratelimitv3.RateLimitResponse_OK,
-		Statuses:    make([]*ratelimitv3.RateLimitResponse_DescriptorStatus, len(b.plans)),
-	}
-	for i := range b.plans {
-		resp.Statuses[i] = b.status(&b.plans[i])
-	}
-	if b.overallOver() {
-		resp.OverallCode = ratelimitv3.RateLimitResponse_OVER_LIMIT
-	}
-	return resp
-}
-
-func (b *batch) status(p *plan) *ratelimitv3.RateLimitResponse_DescriptorStatus {
-	st := &ratelimitv3.RateLimitResponse_DescriptorStatus{Code: ratelimitv3.RateLimitResponse_OK}
-	switch p.kind {
-	case unlimited:
-		st.LimitRemaining = math.MaxUint32
-		return st
-	case unmatched, replaced:
-		return st
-	}
-	r := b.results[p.batchIdx]
-	if b.over(p) {
-		st.Code = ratelimitv3.RateLimitResponse_OVER_LIMIT
-	}
-	st.CurrentLimit = currentLimit(p)
-	st.LimitRemaining = remainingField(r.Remaining)
-	st.DurationUntilReset = wholeSeconds(r.Reset)
-	return st
-}
-
-// currentLimit describes the limit a status was decided by, in the units
-// Envoy turns into x-ratelimit-limit.
-func currentLimit(p *plan) *ratelimitv3.RateLimitResponse_RateLimit {
-	cl := &ratelimitv3.RateLimitResponse_RateLimit{}
-	if o := p.override; o != nil {
-		cl.RequestsPerUnit = o.RequestsPerUnit
-		cl.Unit = ratelimitv3.RateLimitResponse_RateLimit_Unit(o.Unit)
-		if o.UnitMultiplier != nil && o.UnitMultiplier.Value > 1 {
-			cl.UnitMultiplier = wrapperspb.UInt32(o.UnitMultiplier.Value)
-		}
-	} else {
-		l := p.limit
-		cl.Name = l.Name
-		cl.RequestsPerUnit = l.RequestsPerUnit
-		cl.Unit = ratelimitv3.RateLimitResponse_RateLimit_Unit(l.Unit)
-		if l.UnitMultiplier > 1 {
-			cl.UnitMultiplier = wrapperspb.UInt32(l.UnitMultiplier)
-		}
-	}
-	if p.limit != nil && cl.Name == "" {
-		cl.Name = p.limit.Name
-	}
-	return cl
-}
-
-// wholeSeconds rounds d up to whole seconds: Envoy reads only the seconds
-// of duration_until_reset (x-ratelimit-reset, retry-after), so a fraction
-// rounded down would tell a client to come back too early.
-func wholeSeconds(d time.Duration) *durationpb.Duration {
-	s := int64(d / time.Second)
-	if d%time.Second != 0 {
-		s++
-	}
-	return &durationpb.Duration{Seconds: s}
 }
