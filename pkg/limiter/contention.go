@@ -30,6 +30,42 @@ func (l *Limiter) readContention(ctx context.Context) {
 		return
 	}
 	l.contCursor = next
+	l.contendAll(cs)
+}
+
+// feedWait is how long one wait on the contention feed lasts at most.
+const feedWait = time.Second
+
+// followFeed reads the contention feed as it is published, until ctx
+// ends; the keys this replica holds are released in the next round, at
+// the next tick. (Not at once: a round of a replica whose own requests
+// wait would publish again, and the replicas would wake each other
+// with no end.) A failed read is tried again after a tick: the rounds
+// and heartbeats say whether the store is reachable.
+func (l *Limiter) followFeed(ctx context.Context, fw FeedWaiter) {
+	cursor := ""
+	for ctx.Err() == nil {
+		rctx, cancel := context.WithTimeout(ctx, feedWait+roundTimeout)
+		cs, next, err := fw.WaitContention(rctx, l.replica, cursor, feedWait)
+		cancel()
+		if err != nil {
+			l.log.Debug("waiting on the contention feed failed", "err", err)
+			t := time.NewTimer(tick)
+			select {
+			case <-ctx.Done():
+			case <-t.C:
+			}
+			t.Stop()
+			continue
+		}
+		cursor = next
+		l.contendAll(cs)
+	}
+}
+
+// contendAll notes the keys of cs as contended in the epoch this replica
+// reckons now.
+func (l *Limiter) contendAll(cs []Contended) {
 	snow := l.storeNow(l.now())
 	for _, c := range cs {
 		if len(c.Windows) == 1 && c.Algorithm == FixedWindow && c.Windows[0].Period >= time.Microsecond {

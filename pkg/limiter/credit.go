@@ -208,24 +208,46 @@ func (l *Limiter) refund(cs *creditState, n, now int64) {
 		n -= cs.share.refundShare(cs.ws[0], cs.rule.Algorithm, n, l.storeNow(now))
 	}
 	if n > 0 {
-		cs.refund(n)
+		cs.refund(n, cs.refundable(l.storeNow(now)))
 		l.activate(cs) // a refund beyond the unpushed hits is pushed
 	}
+}
+
+// refundable bounds what a refund beyond this replica's unpushed admits
+// may free of a fixed or sliding window: what the windows held at the
+// last view, less the refunds on their way. The negative hit is pushed a
+// round later; by then the window holds admits made after the refund,
+// which it must not free. A token bucket's refill is not bounded.
+func (cs *creditState) refundable(snow int64) int64 {
+	if cs.rule.Algorithm == TokenBucket {
+		return math.MaxInt64 / 2
+	}
+	v := cs.view.Load()
+	if v == nil {
+		return 0
+	}
+	used := uint64(math.MaxInt64 / 2)
+	for i, w := range cs.ws {
+		c := v.windows[i]
+		c.Roll(w, snow)
+		used = min(used, c.Cur)
+	}
+	return max(int64(used)-cs.refunds.Load(), 0)
 }
 
 // refund takes n units back. Those this replica admitted and has not
 // pushed yet return to its credit, which its reservation still covers;
 // the rest is pushed as a negative hit, freeing the store's budget (never
 // below an empty window or a full bucket) without handing this replica
-// credit that no reservation backs.
-func (cs *creditState) refund(n int64) {
+// credit that no reservation backs, and at most limit of it.
+func (cs *creditState) refund(n, limit int64) {
 	for {
 		h := cs.hits.Load()
 		back := min(n, max(h, 0))
 		if cs.hits.CompareAndSwap(h, h-back) {
 			cs.credit.Add(back)
-			if n > back {
-				cs.refunds.Add(n - back)
+			if rest := min(n-back, limit); rest > 0 {
+				cs.refunds.Add(rest)
 			}
 			return
 		}
@@ -264,7 +286,7 @@ func (l *Limiter) wait(cs *creditState, rule *Rule, n int64, now int64) Result {
 		// slow for the releases and the next round to come in time.
 		now := l.now()
 		until := min(cs.releasing.Load(), last)
-		if until <= now || 3*time.Duration(l.roundTrip.Load()) >= contentionWait {
+		if until <= now || !l.fastStore() {
 			break
 		}
 		t.Reset(time.Duration(until - now))
@@ -317,6 +339,14 @@ func (l *Limiter) overrunOnView(cs *creditState, rule *Rule, n int64) bool {
 		return false
 	}
 	return true
+}
+
+// fastStore reports a store known to answer fast enough for a release
+// and a round to fit in contentionWait: its smoothed round trip and its
+// largest recent one (twice clockErr) both well within it.
+func (l *Limiter) fastStore() bool {
+	rt := max(time.Duration(l.roundTrip.Load()), 2*time.Duration(l.clockErr.Load()))
+	return l.lastOK.Load() != 0 && 3*rt < contentionWait
 }
 
 func (l *Limiter) afterWait(cs *creditState, ok bool, n int64, cold bool) Result {

@@ -93,6 +93,8 @@ type Limiter struct {
 	pending    []*creditState // keys that asked for a sync since the last round
 	lastScan   int64          // local ns of the last full scan (sync loop only)
 	members    atomic.Pointer[memberView]
+	// feedPushed: the store's feed is read by followFeed, not polled.
+	feedPushed atomic.Bool
 	joined     atomic.Int64 // store µs of this replica's first heartbeat
 	activeMu   sync.Mutex
 	active     []*creditState // keys that synced and have not gone idle since (scanDue)
@@ -141,9 +143,13 @@ func New(opts ...Option) *Limiter {
 // every reservation back and leaves the replica registry.
 func (l *Limiter) Run(ctx context.Context) error {
 	if l.store != nil {
-		done := make(chan struct{})
-		go func() { defer close(done); l.runSync(ctx) }()
-		defer func() { <-done }()
+		var wg sync.WaitGroup
+		defer wg.Wait()
+		if fw, ok := l.store.(FeedWaiter); ok {
+			l.feedPushed.Store(true)
+			wg.Go(func() { l.followFeed(ctx, fw) })
+		}
+		wg.Go(func() { l.runSync(ctx) })
 	}
 	t := time.NewTicker(l.sweep)
 	defer t.Stop()

@@ -163,6 +163,16 @@ type SyncResult struct {
 	Contended bool
 }
 
+// FeedWaiter is a Store that can wait for the contention feed: it
+// returns what Contention returns, but when nothing was published after
+// cursor it blocks until something is, wait passes or ctx ends. A replica
+// whose store is one reads the feed on its own goroutine, so a release
+// follows a publication by a round trip, at no cost while nothing is
+// published; otherwise it polls Contention every contentionEvery.
+type FeedWaiter interface {
+	WaitContention(ctx context.Context, replica, cursor string, wait time.Duration) ([]Contended, string, error)
+}
+
 // Contended is a key published because one replica needs budget other
 // replicas hold as static shares.
 type Contended struct {

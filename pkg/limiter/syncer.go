@@ -15,9 +15,10 @@ const (
 	quietInterval  = time.Second // sync period of a quiet key
 	roundTimeout   = time.Second // bound on one background round trip
 	tick           = 10 * time.Millisecond
-	// contentionEvery is how often the contention feed is read: a key
-	// another replica needs is released within it and a round.
-	contentionEvery = tick
+	// contentionEvery is how often the contention feed is polled when the
+	// store cannot wait on it (FeedWaiter): a key another replica needs
+	// is released within it and a round.
+	contentionEvery = 5 * tick
 	// contentionWait bounds how long past its StoreTimeout a request
 	// waits for other replicas to release their shares of its key and
 	// hand back their credit: a feed read, their round and the key's
@@ -77,7 +78,7 @@ func (l *Limiter) runSync(ctx context.Context) {
 			l.heartbeat(ctx)
 			lastBeat = now
 		}
-		if now-lastRead >= int64(contentionEvery) {
+		if now-lastRead >= int64(contentionEvery) && !l.feedPushed.Load() {
 			l.readContention(ctx)
 			lastRead = now
 		}

@@ -28,6 +28,7 @@ type FaultyStore struct {
 	partitioned map[string]bool
 }
 
+var _ limiter.FeedWaiter = (*FaultyStore)(nil)
 var _ limiter.Store = (*FaultyStore)(nil)
 
 // NewFaultyStore wraps inner, with no fault switched on.
@@ -126,6 +127,28 @@ func (f *FaultyStore) Leave(ctx context.Context, replica string) error {
 func (f *FaultyStore) Contention(ctx context.Context, replica, cursor string) ([]limiter.Contended, string, error) {
 	if err := f.before(ctx, "contention", replica); err != nil {
 		return nil, cursor, err
+	}
+	return f.inner.Contention(ctx, replica, cursor)
+}
+
+// WaitContention forwards to the wrapped store's wait on the feed unless
+// a fault fails it; a wrapped store that cannot wait is polled once the
+// wait has passed.
+func (f *FaultyStore) WaitContention(ctx context.Context, replica, cursor string, wait time.Duration) ([]limiter.Contended, string, error) {
+	if err := f.before(ctx, "contention", replica); err != nil {
+		return nil, cursor, err
+	}
+	if fw, ok := f.inner.(limiter.FeedWaiter); ok {
+		return fw.WaitContention(ctx, replica, cursor, wait)
+	}
+	if cursor != "" {
+		t := time.NewTimer(wait)
+		defer t.Stop()
+		select {
+		case <-t.C:
+		case <-ctx.Done():
+			return nil, cursor, ctx.Err()
+		}
 	}
 	return f.inner.Contention(ctx, replica, cursor)
 }

@@ -50,6 +50,7 @@ func StoreSuite(t *testing.T, newStore func(t *testing.T) limiter.Store) {
 		{"ShareEpochs", testShareEpochs},
 		{"Members", testMembers},
 		{"Contention", testContention},
+		{"WaitContention", testWaitContention},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -322,3 +322,43 @@ func testContention(t *testing.T, st limiter.Store) {
 	got, _ = read("d", "")
 	same("d's first read, from now on", got)
 }
+
+// testWaitContention: a store that can wait on the feed (FeedWaiter)
+// returns at once for the empty cursor, after the wait with nothing
+// published, and as soon as another replica publishes.
+func testWaitContention(t *testing.T, st limiter.Store) {
+	fw, ok := st.(limiter.FeedWaiter)
+	if !ok {
+		t.Skip("the store cannot wait on the feed")
+	}
+	ctx := context.Background()
+	_, cur, err := fw.WaitContention(ctx, "b", "", time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, next, err := fw.WaitContention(ctx, "b", cur, 20*time.Millisecond)
+	if err != nil || len(got) != 0 || next != cur {
+		t.Fatalf("a wait with nothing published: %v, %q, %v; want none, %q", got, next, err, cur)
+	}
+	hour := limiter.Window{Limit: 100, Period: time.Hour}
+	k := shared("wk", hour, 50, 4, epochOf(t, st, hour))
+	k.Waiting = 1
+	type read struct {
+		cs  []limiter.Contended
+		err error
+	}
+	done := make(chan read, 1)
+	go func() {
+		cs, _, err := fw.WaitContention(ctx, "b", cur, time.Minute)
+		done <- read{cs, err}
+	}()
+	expect(t, "a's sync contended", sync1(t, st, "a", k).Contended, true)
+	select {
+	case r := <-done:
+		if r.err != nil || len(r.cs) != 1 || r.cs[0].Key != "wk" || r.cs[0].Replica != "a" {
+			t.Fatalf("b's wait: %+v, %v; want a's entry for wk", r.cs, r.err)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("b's wait did not return on a's publication")
+	}
+}

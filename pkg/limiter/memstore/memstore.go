@@ -29,7 +29,8 @@ type Store struct {
 	replicas map[string]limiter.Member
 	since    int64 // the registry lists every replica whose lease ended after since
 	feed     []feedEntry
-	seq      uint64 // of the last feed entry
+	seq      uint64        // of the last feed entry
+	fed      chan struct{} // closed and replaced at each publication
 }
 
 // feedEntry is one published contention.
@@ -95,6 +96,10 @@ func (s *Store) Sync(ctx context.Context, replica string, items []limiter.SyncIt
 }
 
 func (s *Store) publish(c limiter.Contended) {
+	if s.fed != nil {
+		close(s.fed)
+		s.fed = nil
+	}
 	s.seq++
 	s.feed = append(s.feed, feedEntry{seq: s.seq, c: c})
 	if len(s.feed) > maxFeed {
@@ -110,6 +115,41 @@ func (s *Store) Contention(ctx context.Context, replica, cursor string) ([]limit
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	return s.contention(replica, cursor)
+}
+
+// WaitContention is Contention that waits, up to wait, for a publication
+// after cursor (limiter.FeedWaiter).
+func (s *Store) WaitContention(ctx context.Context, replica, cursor string, wait time.Duration) ([]limiter.Contended, string, error) {
+	t := time.NewTimer(wait)
+	defer t.Stop()
+	for {
+		if err := ctx.Err(); err != nil {
+			return nil, cursor, err
+		}
+		s.mu.Lock()
+		out, next, err := s.contention(replica, cursor)
+		if err != nil || cursor == "" || next != cursor {
+			s.mu.Unlock()
+			return out, next, err
+		}
+		if s.fed == nil {
+			s.fed = make(chan struct{})
+		}
+		fed := s.fed
+		s.mu.Unlock()
+		select {
+		case <-fed:
+		case <-t.C:
+			return nil, cursor, nil
+		case <-ctx.Done():
+			return nil, cursor, ctx.Err()
+		}
+	}
+}
+
+// contention reads the feed after cursor. s.mu must be held.
+func (s *Store) contention(replica, cursor string) ([]limiter.Contended, string, error) {
 	next := strconv.FormatUint(s.seq, 10)
 	if cursor == "" {
 		return nil, next, nil
@@ -242,3 +282,5 @@ func (s *Store) Keys() int {
 	defer s.mu.Unlock()
 	return len(s.keys)
 }
+
+var _ limiter.FeedWaiter = (*Store)(nil)

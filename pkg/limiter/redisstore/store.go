@@ -385,6 +385,19 @@ func (s *Store) publish(ctx context.Context, replica string, items []limiter.Syn
 // read on from. The empty cursor returns none and the id of the feed's last
 // entry ("0-0" for an empty feed): reading from now on.
 func (s *Store) Contention(ctx context.Context, replica, cursor string) ([]limiter.Contended, string, error) {
+	return s.contention(ctx, replica, cursor, -1)
+}
+
+// WaitContention is Contention that blocks (XREAD BLOCK) up to wait for
+// an entry after cursor (limiter.FeedWaiter): it holds one connection of
+// the pool while it waits, and costs Redis nothing until an entry comes.
+func (s *Store) WaitContention(ctx context.Context, replica, cursor string, wait time.Duration) ([]limiter.Contended, string, error) {
+	return s.contention(ctx, replica, cursor, max(wait, time.Millisecond))
+}
+
+// contention reads the feed after cursor, blocking up to block (-1: not
+// at all).
+func (s *Store) contention(ctx context.Context, replica, cursor string, block time.Duration) ([]limiter.Contended, string, error) {
 	key := s.keys.feed()
 	if cursor == "" {
 		last, err := s.c.XRevRangeN(ctx, key, "+", "-", 1).Result()
@@ -396,7 +409,7 @@ func (s *Store) Contention(ctx context.Context, replica, cursor string) ([]limit
 		}
 		return nil, last[0].ID, nil
 	}
-	streams, err := s.c.XRead(ctx, &redis.XReadArgs{Streams: []string{key, cursor}, Count: feedRead, Block: -1}).Result()
+	streams, err := s.c.XRead(ctx, &redis.XReadArgs{Streams: []string{key, cursor}, Count: feedRead, Block: block}).Result()
 	if errors.Is(err, redis.Nil) {
 		return nil, cursor, nil
 	}
@@ -489,3 +502,5 @@ func decodeContended(v map[string]any) (limiter.Contended, error) {
 	}
 	return limiter.Contended{Key: key, Algorithm: limiter.Algorithm(a), Windows: ws, Replica: replica}, nil
 }
+
+var _ limiter.FeedWaiter = (*Store)(nil)
