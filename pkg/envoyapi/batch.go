@@ -48,6 +48,7 @@ type batch struct {
 	charging Charging
 	usage    bool // a usage report: every charge is recorded (see isUsageReport)
 	shadow   bool // global shadow mode
+	memo     counterMemo
 }
 
 func (b *batch) reset(n int, charging Charging) {

@@ -12,19 +12,46 @@ import (
 	"github.com/ratelimit-svc/ratelimit-svc/pkg/limiter"
 )
 
-// Outcomes of one descriptor decision, the "outcome" label of
-// ratelimit_decisions_total.
+// Label values of the RLS counters. A decision's outcome (the "outcome"
+// label of ratelimit_decisions) is one of the first five; the per-limit
+// outcomes (ratelimit_limit_hits) and the overall code
+// (ratelimit_requests) follow.
+type labelValue uint8
+
 const (
-	outcomeOK        = "ok"
-	outcomeOver      = "over_limit"
-	outcomeShadow    = "shadow_over_limit"
-	outcomeUnlimited = "unlimited"
-	outcomeNoMatch   = "no_match"
+	outcomeOK labelValue = iota
+	outcomeOver
+	outcomeShadow
+	outcomeUnlimited
+	outcomeNoMatch
+	limitWithin
+	limitOver
+	limitShadow
+	codeOK
+	codeOver
+)
+
+var labelValues = [...]string{
+	outcomeOK: "ok", outcomeOver: "over_limit", outcomeShadow: "shadow_over_limit",
+	outcomeUnlimited: "unlimited", outcomeNoMatch: "no_match",
+	limitWithin: "within_limit", limitOver: "over_limit", limitShadow: "shadow_mode",
+	codeOK: "ok", codeOver: "over_limit",
+}
+
+// instrument is which RLS counter a label set belongs to.
+type instrument uint8
+
+const (
+	instDecisions instrument = iota // {domain, outcome, mode}
+	instRequests                    // {domain, code}
+	instLimitHits                   // {domain, limit, outcome}
 )
 
 // rlsMetrics counts decisions in plain atomics, one per label set, and
 // reports them to OTel from an observable callback at collection time: the
-// request path pays an atomic add, not the SDK's attribute handling.
+// request path pays an atomic add, not the SDK's attribute handling. Label
+// sets are never removed, so a batch remembers the counters it used last
+// (counterMemo) and a run of calls with the same label sets looks none up.
 type rlsMetrics struct {
 	decisions, requests, limitHits metric.Int64ObservableCounter
 	mu                             sync.RWMutex
@@ -33,8 +60,15 @@ type rlsMetrics struct {
 	maxNames                       int
 }
 
-// labels is one label set: the domain and up to two more name/value pairs.
-type labels struct{ domain, k1, v1, k2, v2 string }
+// labels is one label set of inst, kept small so a lookup hashes two
+// strings: the domain, the limit label (limit hits only), the value and
+// the mode (decisions only).
+type labels struct {
+	domain, limit string
+	inst          instrument
+	value         labelValue
+	mode          limiter.Mode
+}
 
 type counted struct {
 	n     atomic.Int64
@@ -67,31 +101,56 @@ func (m *rlsMetrics) observe(_ context.Context, o metric.Observer) error {
 	return nil
 }
 
-// add counts one event of a label set on inst.
-func (m *rlsMetrics) add(inst metric.Int64ObservableCounter, l labels) { m.addN(inst, l, 1) }
+// counterMemo holds the counters a batch used last, most recent first.
+type counterMemo [8]struct {
+	l labels
+	c *counted
+}
 
-// addN counts n events of a label set on inst.
-func (m *rlsMetrics) addN(inst metric.Int64ObservableCounter, l labels, n int64) {
-	m.mu.RLock()
-	c, ok := m.counts[l]
-	m.mu.RUnlock()
-	if !ok {
-		c = m.create(inst, l)
+// add counts n events of a label set. A limit-hits label set names the
+// limit by its metric name: the counter found is that of the label
+// limitLabel gives it, which never changes once given.
+func (m *rlsMetrics) add(memo *counterMemo, l labels, n int64) {
+	for i := range memo {
+		if memo[i].c != nil && memo[i].l == l {
+			memo[i].c.n.Add(n)
+			return
+		}
 	}
+	c := m.counter(l)
+	copy(memo[1:], memo[:len(memo)-1])
+	memo[0].l, memo[0].c = l, c
 	c.n.Add(n)
 }
 
-func (m *rlsMetrics) create(inst metric.Int64ObservableCounter, l labels) *counted {
+// counter finds or creates the counter of a label set.
+func (m *rlsMetrics) counter(l labels) *counted {
+	if l.inst == instLimitHits {
+		l.limit = m.limitLabel(l.limit)
+	}
+	m.mu.RLock()
+	c, ok := m.counts[l]
+	m.mu.RUnlock()
+	if ok {
+		return c
+	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if c, ok := m.counts[l]; ok {
 		return c
 	}
-	attrs := []attribute.KeyValue{attribute.String("domain", l.domain), attribute.String(l.k1, l.v1)}
-	if l.k2 != "" {
-		attrs = append(attrs, attribute.String(l.k2, l.v2))
+	attrs := []attribute.KeyValue{attribute.String("domain", l.domain)}
+	inst := m.decisions
+	switch l.inst {
+	case instDecisions:
+		attrs = append(attrs, attribute.String("outcome", labelValues[l.value]), attribute.String("mode", l.mode.String()))
+	case instRequests:
+		attrs, inst = append(attrs, attribute.String("code", labelValues[l.value])), m.requests
+	case instLimitHits:
+		attrs = append(attrs, attribute.String("limit", l.limit), attribute.String("outcome", labelValues[l.value]))
+		inst = m.limitHits
 	}
-	c := &counted{attrs: metric.WithAttributeSet(attribute.NewSet(attrs...)), inst: inst}
+	c = &counted{attrs: metric.WithAttributeSet(attribute.NewSet(attrs...)), inst: inst}
 	m.counts[l] = c
 	return c
 }
@@ -105,16 +164,16 @@ func (s *RLS) record(domain string, b *batch, resp *ratelimitv3.RateLimitRespons
 			mode = b.results[p.batchIdx].Mode
 			s.recordLimit(domain, b, p)
 		}
-		m.add(m.decisions, labels{domain, "outcome", outcomeOf(b, p), "mode", mode.String()})
+		m.add(&b.memo, labels{domain: domain, inst: instDecisions, value: outcomeOf(b, p), mode: mode}, 1)
 	}
-	code := "ok"
+	code := codeOK
 	if resp.OverallCode == ratelimitv3.RateLimitResponse_OVER_LIMIT {
-		code = "over_limit"
+		code = codeOver
 	}
-	m.add(m.requests, labels{domain: domain, k1: "code", v1: code})
+	m.add(&b.memo, labels{domain: domain, inst: instRequests, value: code}, 1)
 }
 
-func outcomeOf(b *batch, p *plan) string {
+func outcomeOf(b *batch, p *plan) labelValue {
 	switch p.kind {
 	case unmatched, replaced:
 		return outcomeNoMatch

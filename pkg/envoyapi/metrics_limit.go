@@ -85,14 +85,13 @@ func (s *RLS) recordLimit(domain string, b *batch, p *plan) {
 	if p.op != limiter.Charge {
 		return // checks and refunds spend nothing
 	}
-	m := s.metrics
-	outcome := "within_limit"
+	outcome := limitWithin
 	if !b.results[p.batchIdx].Allowed {
-		outcome = "over_limit"
+		outcome = limitOver
 		if p.shadow || b.shadow {
-			outcome = "shadow_mode"
+			outcome = limitShadow
 		}
 	}
 	hits := int64(min(max(p.hits, 1), 1<<62))
-	m.addN(m.limitHits, labels{domain, "limit", m.limitLabel(p.metric), "outcome", outcome}, hits)
+	s.metrics.add(&b.memo, labels{domain: domain, limit: p.metric, inst: instLimitHits, value: outcome}, hits)
 }
