@@ -2,7 +2,6 @@ package envoyapi
 
 import (
 	"strconv"
-	"strings"
 	"time"
 
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
@@ -11,9 +10,17 @@ import (
 	"github.com/ratelimit-svc/ratelimit-svc/pkg/policy"
 )
 
+// headerBlock holds the header values of one response and the slice of
+// pointers to them: one allocation.
+type headerBlock struct {
+	vals [3]corev3.HeaderValue
+	ptrs [3]*corev3.HeaderValue
+}
+
 // rateLimitHeaders describes the most constrained limited status (fewest
 // units remaining) as response headers. Values go in Value: Envoy's RLS
-// client reads h.value(), not raw_value.
+// client reads h.value(), not raw_value. The values are cut from one
+// string built in a stack buffer.
 func rateLimitHeaders(mode HeaderMode, sts []*ratelimitv3.RateLimitResponse_DescriptorStatus) []*corev3.HeaderValue {
 	var most *ratelimitv3.RateLimitResponse_DescriptorStatus
 	for _, st := range sts {
@@ -24,22 +31,42 @@ func rateLimitHeaders(mode HeaderMode, sts []*ratelimitv3.RateLimitResponse_Desc
 	if most == nil {
 		return nil
 	}
-	limit := strconv.FormatUint(uint64(most.CurrentLimit.RequestsPerUnit), 10)
-	remaining := strconv.FormatUint(uint64(most.LimitRemaining), 10)
-	reset := strconv.FormatInt(most.DurationUntilReset.GetSeconds(), 10)
+	limit := uint64(most.CurrentLimit.RequestsPerUnit)
+	remaining := uint64(most.LimitRemaining)
+	reset := most.DurationUntilReset.GetSeconds()
+	var buf [128]byte
+	b, cut := buf[:0], [3]int{}
 	if mode == HeadersDraft {
-		return []*corev3.HeaderValue{
-			{Key: "x-ratelimit-limit", Value: limit},
-			{Key: "x-ratelimit-remaining", Value: remaining},
-			{Key: "x-ratelimit-reset", Value: reset},
-		}
+		b = strconv.AppendUint(b, limit, 10)
+		cut[0] = len(b)
+		b = strconv.AppendUint(b, remaining, 10)
+		cut[1] = len(b)
+		b = strconv.AppendInt(b, reset, 10)
+		v := string(b)
+		return headerValues([]string{"x-ratelimit-limit", "x-ratelimit-remaining", "x-ratelimit-reset"},
+			v[:cut[0]], v[cut[0]:cut[1]], v[cut[1]:])
 	}
-	name := policyName(most.CurrentLimit)
-	w := strconv.FormatInt(int64(windowOf(most.CurrentLimit)/time.Second), 10)
-	return []*corev3.HeaderValue{
-		{Key: "ratelimit-policy", Value: name + ";q=" + limit + ";w=" + w},
-		{Key: "ratelimit", Value: name + ";r=" + remaining + ";t=" + reset},
+	b = append(appendPolicyName(b, most.CurrentLimit), ";q="...)
+	b = strconv.AppendUint(b, limit, 10)
+	b = append(b, ";w="...)
+	b = strconv.AppendInt(b, int64(windowOf(most.CurrentLimit)/time.Second), 10)
+	cut[0] = len(b)
+	b = append(appendPolicyName(b, most.CurrentLimit), ";r="...)
+	b = strconv.AppendUint(b, remaining, 10)
+	b = append(b, ";t="...)
+	b = strconv.AppendInt(b, reset, 10)
+	v := string(b)
+	return headerValues([]string{"ratelimit-policy", "ratelimit"}, v[:cut[0]], v[cut[0]:])
+}
+
+// headerValues pairs keys with values in one headerBlock.
+func headerValues(keys []string, vals ...string) []*corev3.HeaderValue {
+	hb := new(headerBlock)
+	for i, k := range keys {
+		hb.vals[i].Key, hb.vals[i].Value = k, vals[i]
+		hb.ptrs[i] = &hb.vals[i]
 	}
+	return hb.ptrs[:len(keys):len(keys)]
 }
 
 // windowOf is the length of a status's window.
@@ -51,13 +78,19 @@ func windowOf(cl *ratelimitv3.RateLimitResponse_RateLimit) time.Duration {
 	return policy.UnitPeriod(policy.Unit(cl.Unit)) * m
 }
 
-// policyName is an RFC 8941 string naming the policy: the limit's name, or
-// "default".
-func policyName(cl *ratelimitv3.RateLimitResponse_RateLimit) string {
+// appendPolicyName appends an RFC 8941 string naming the policy: the
+// limit's name, or "default".
+func appendPolicyName(b []byte, cl *ratelimitv3.RateLimitResponse_RateLimit) []byte {
 	n := cl.Name
 	if n == "" {
 		n = "default"
 	}
-	r := strings.NewReplacer(`\`, `\\`, `"`, `\"`)
-	return `"` + r.Replace(n) + `"`
+	b = append(b, '"')
+	for i := 0; i < len(n); i++ {
+		if n[i] == '\\' || n[i] == '"' {
+			b = append(b, '\\')
+		}
+		b = append(b, n[i])
+	}
+	return append(b, '"')
 }
