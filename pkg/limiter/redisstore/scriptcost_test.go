@@ -64,13 +64,35 @@ func costCases() []costCase {
 	}
 }
 
+// costVariant is a script measured on a case's calls: a script run with
+// EVALSHA, or a library of Redis Functions (7.0 and later) whose function
+// costFunction is run with FCALL.
+type costVariant struct {
+	name, src string
+	function  bool
+}
+
+const costFunction = "rls_rate_cost"
+
 // costVariants are the scripts measured on a case's calls, each adding a
-// part of the rate script to the one before, and the commands alone.
-func costVariants(t *testing.T) [][2]string {
-	defs, _, ok := strings.Cut(rateLua, "\nlocal replies = {}")
+// part of the rate script to the one before, the commands alone, and the
+// rate script as a function.
+func costVariants(t *testing.T) []costVariant {
+	defs, _, ok := strings.Cut(rateLua, "\nreturn main(KEYS, ARGV)")
 	if !ok {
-		t.Fatal("rate.lua: no main loop")
+		t.Fatal("rate.lua: no main call")
 	}
+	// A library may not read a global that does not exist, as lib.lua
+	// does of replicate_commands (functions replicate their effects), and
+	// its loading code sees no libraries (math, string): the script's
+	// definitions run at the first call, and stay.
+	const replicate = "if redis.replicate_commands then redis.replicate_commands() end\n"
+	if !strings.Contains(libLua, replicate) {
+		t.Fatal("lib.lua: no replicate_commands line")
+	}
+	library := "#!lua name=rls_cost\nlocal main\nredis.register_function('" + costFunction + "', function(keys, args)\n" +
+		"if not main then main = (function()\n" + strings.Replace(libLua, replicate, "", 1) + defs +
+		"\nreturn main end)() end\nreturn main(keys, args)\nend)\n"
 	const commands = `
 local now = clock()
 for k = 1, #KEYS do
@@ -84,13 +106,14 @@ for k = 1, #KEYS do
   redis.call('PEXPIREAT', key, ceilms(tonumber(x) + 1000000))
 end
 return 0`
-	return [][2]string{
-		{"EVALSHA of `return 0`", "return 0"},
-		{"+ lib.lua", libLua + "\nreturn 0"},
-		{"+ TIME", libLua + "\nlocal now = clock()\nreturn 0"},
-		{"+ rate.lua's definitions", libLua + defs + "\nreturn 0"},
-		{"rate.lua", libLua + rateLua},
-		{"TIME, HGETALL, HSET w x, PEXPIREAT", libLua + commands},
+	return []costVariant{
+		{name: "EVALSHA of `return 0`", src: "return 0"},
+		{name: "+ lib.lua", src: libLua + "\nreturn 0"},
+		{name: "+ TIME", src: libLua + "\nlocal now = clock()\nreturn 0"},
+		{name: "+ rate.lua's definitions", src: libLua + defs + "\nlocal now = clock()\nreturn 0"},
+		{name: "rate.lua", src: libLua + rateLua},
+		{name: "TIME, HGETALL, HSET w x, PEXPIREAT", src: libLua + commands},
+		{name: "rate.lua as a function (FCALL)", src: library, function: true},
 	}
 }
 
@@ -112,9 +135,9 @@ func TestMeasureScriptCost(t *testing.T) {
 		row := []string{cc.name, fmt.Sprint(cc.keys)}
 		var full, cpu float64
 		for _, v := range variants {
-			us, cpuUs := costRun(t, c, v[1], calls, costReps)
+			us, cpuUs := costRun(t, c, v, calls, costReps)
 			row = append(row, fmt.Sprintf("%.1f", us))
-			if v[0] == "rate.lua" {
+			if v.name == "rate.lua" {
 				full, cpu = us, cpuUs
 			}
 		}
@@ -123,10 +146,10 @@ func TestMeasureScriptCost(t *testing.T) {
 	}
 }
 
-func variantNames(vs [][2]string) []string {
+func variantNames(vs []costVariant) []string {
 	var names []string
 	for _, v := range vs {
-		names = append(names, v[0]+" µs/call")
+		names = append(names, v.name+" µs/call")
 	}
 	return names
 }
@@ -176,11 +199,11 @@ func costCalls(t *testing.T, c *redis.Client, service string, cc costCase) []cal
 	return calls
 }
 
-// costRun runs src once per call, reps times, and returns the least mean
-// Redis time of a call (commandstats' usec of EVALSHA, which counts the
-// commands the script runs) and Redis CPU (user + sys) per call in the
-// same run, in µs.
-func costRun(t *testing.T, c *redis.Client, src string, calls []call, reps int) (us, cpu float64) {
+// costRun runs v once per call, reps times, and returns the least mean
+// Redis time of a call (commandstats' usec of EVALSHA or FCALL, which
+// counts the commands the script runs) and Redis CPU (user + sys) per
+// call in the same run, in µs.
+func costRun(t *testing.T, c *redis.Client, v costVariant, calls []call, reps int) (us, cpu float64) {
 	t.Helper()
 	ctx := context.Background()
 	us, cpu = math.Inf(1), math.Inf(1)
@@ -189,9 +212,18 @@ func costRun(t *testing.T, c *redis.Client, src string, calls []call, reps int) 
 		if err := c.ScriptFlush(ctx).Err(); err != nil {
 			t.Fatal(err)
 		}
-		sha, err := c.ScriptLoad(ctx, src).Result()
-		if err != nil {
+		if err := c.FunctionFlush(ctx).Err(); err != nil {
 			t.Fatal(err)
+		}
+		var sha string
+		var err error
+		if v.function {
+			err = c.FunctionLoad(ctx, v.src).Err()
+		} else {
+			sha, err = c.ScriptLoad(ctx, v.src).Result()
+		}
+		if err != nil {
+			t.Fatalf("%s: %v", v.name, err)
 		}
 		if err := c.ConfigResetStat(ctx).Err(); err != nil {
 			t.Fatal(err)
@@ -200,16 +232,24 @@ func costRun(t *testing.T, c *redis.Client, src string, calls []call, reps int) 
 		for from := 0; from < len(calls); from += 50 {
 			pipe := c.Pipeline()
 			for _, cl := range calls[from:min(from+50, len(calls))] {
-				pipe.EvalSha(ctx, sha, cl.keys, cl.args...)
+				if v.function {
+					pipe.FCall(ctx, costFunction, cl.keys, cl.args...)
+				} else {
+					pipe.EvalSha(ctx, sha, cl.keys, cl.args...)
+				}
 			}
 			if _, err := pipe.Exec(ctx); err != nil {
 				t.Fatal(err)
 			}
 		}
 		cpu = min(cpu, (costCPU(t, c)-cpu0)*1e6/float64(len(calls)))
-		n, total := costStat(t, c, "evalsha")
+		cmd := "evalsha"
+		if v.function {
+			cmd = "fcall"
+		}
+		n, total := costStat(t, c, cmd)
 		if n != len(calls) {
-			t.Fatalf("%d EVALSHA counted for %d calls", n, len(calls))
+			t.Fatalf("%s: %d %s counted for %d calls", v.name, n, cmd, len(calls))
 		}
 		us = min(us, total/float64(n))
 	}

@@ -7,9 +7,17 @@
 -- from Redis 5, where it is the default).
 if redis.replicate_commands then redis.replicate_commands() end
 
+-- The library functions the scripts call per key, as locals: a global is
+-- a lookup in the globals table, and a library function one more in its
+-- module's.
+local floor, min, max = math.floor, math.min, math.max
+local format, match, sub = string.format, string.match, string.sub
+local tonumber, pairs, unpack, concat = tonumber, pairs, unpack, table.concat
+local call = redis.call
+
 -- now is the store clock: Redis TIME in Unix microseconds.
 local function clock()
-  local t = redis.call('TIME')
+  local t = call('TIME')
   return tonumber(t[1]) * 1000000 + tonumber(t[2])
 end
 
@@ -19,7 +27,7 @@ end
 local function idiv(a, b)
   local neg = a < 0
   if neg then a = -a end
-  local q = math.floor(a / b)
+  local q = floor(a / b)
   local r = a - q * b
   if r < 0 then
     q = q - 1
@@ -64,7 +72,7 @@ end
 local MAXEXACT = 9007199254740991
 
 local function satadd(a, b)
-  return math.min(a + b, MAXEXACT)
+  return min(a + b, MAXEXACT)
 end
 
 local function satsub(a, b)
@@ -73,7 +81,7 @@ local function satsub(a, b)
 end
 
 local function fmt(n)
-  return string.format('%d', n)
+  return format('%d', n)
 end
 
 -- ceilms is the first millisecond at which Redis may expire a key that
@@ -85,6 +93,6 @@ end
 
 -- parse_reservation splits "units expires".
 local function parse_reservation(v)
-  local u, e = string.match(v, '^(%d+) (%-?%d+)$')
+  local u, e = match(v, '^(%d+) (%-?%d+)$')
   return tonumber(u), tonumber(e)
 end

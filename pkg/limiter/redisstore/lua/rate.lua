@@ -35,15 +35,36 @@ local FIXED, SLIDING, BUCKET = 0, 1, 2
 -- the time it is read.
 local GRACE = 1000000
 
-local now = clock()
-local replica = ARGV[1]
-local mine = 'r:' .. replica
-local myshare = 's:' .. replica
-local alg -- the algorithm of the key being synced
+-- The call's state, set by main: the store clock, the arguments, this
+-- replica's reservation and share fields; then the algorithm of the key
+-- being synced.
+local now, args, mine, myshare
+local alg
 
--- WindowState.Roll
-local function roll(s, p)
-  local e = idiv(now, p)
+-- num reads an argument, the common "0" and "1" without a conversion.
+local function num(i)
+  local v = args[i]
+  if v == '0' then return 0 elseif v == '1' then return 1 end
+  return tonumber(v)
+end
+
+-- del lists field among those save deletes.
+local function del(rec, f)
+  local d = rec.dels
+  if not d then
+    rec.dels = {f}
+  else
+    d[#d + 1] = f
+  end
+end
+
+-- NOSHARES is the share records of a key that has none, until one is
+-- added (charge_shares replaces it).
+local NOSHARES = {}
+
+-- WindowState.Roll; w.e is the window's epoch at now.
+local function roll(s, w)
+  local e = w.e
   if e <= s.epoch then return end
   if e == s.epoch + 1 then
     s.prev = s.cur
@@ -72,7 +93,7 @@ end
 local function remaining(s, w)
   if alg == BUCKET then
     local t = interval(w)
-    local room = now + w.cap * t - math.max(s.tat, now)
+    local room = now + w.cap * t - max(s.tat, now)
     if room <= 0 then return 0 end
     return idiv(room, t)
   elseif alg == SLIDING then
@@ -83,13 +104,14 @@ end
 
 -- WindowState.ChargeAt
 local function charge_at(s, w, at, n)
-  if at > now then at = now end
   if alg == BUCKET then
-    s.tat = math.min(math.max(s.tat, at) + n * interval(w), MAXEXACT)
+    if at > now then at = now end
+    s.tat = min(max(s.tat, at) + n * interval(w), MAXEXACT)
     return
   end
-  roll(s, w.p)
-  local e = idiv(at, w.p)
+  roll(s, w)
+  local e = w.e
+  if at < now then e = idiv(at, w.p) end
   if e == s.epoch then
     s.cur = satadd(s.cur, n)
   elseif e == s.epoch - 1 then
@@ -100,10 +122,10 @@ end
 -- WindowState.Refund
 local function refund(s, w, n)
   if alg == BUCKET then
-    s.tat = math.max(s.tat - n * interval(w), now)
+    s.tat = max(s.tat - n * interval(w), now)
     return
   end
-  roll(s, w.p)
+  roll(s, w)
   s.cur = satsub(s.cur, n)
 end
 
@@ -119,7 +141,7 @@ end
 
 -- parse_share splits a share record, "epoch cur prev tat released".
 local function parse_share(v)
-  local e, c, p, t, r = string.match(v, '^(%-?%d+) (%d+) (%d+) (%-?%d+) (%-?%d+)$')
+  local e, c, p, t, r = match(v, '^(%-?%d+) (%d+) (%d+) (%-?%d+) (%-?%d+)$')
   return {s = {epoch = tonumber(e), cur = tonumber(c), prev = tonumber(p), tat = tonumber(t)},
     rel = tonumber(r), stored = true}
 end
@@ -128,15 +150,23 @@ end
 -- (fresh ones if it expired or had other windows), this replica's
 -- reservation (own units, and owned: whether it has one), the sum of the
 -- others' live ones (others) and the latest expiry among them (last),
--- when it stops counting as pressed (pressed, 0: never was), and the
--- share records (shares: field → {s = state, rel = released}, nshares
--- of them). Expired reservations are dropped (step 1 of KeyRecord.Sync):
--- their fields are listed in dels, which save deletes.
+-- when it stops counting as pressed (pressed, 0: never was), the share
+-- records (shares: field → {s = state, rel = released}, nshares of them)
+-- and the stored w and x (as a number; false: none), which save leaves
+-- in place if unchanged. Expired reservations are dropped (step 1 of
+-- KeyRecord.Sync): their fields are listed in dels (false: none), which
+-- save deletes.
+-- new_rec is an empty record, its table sized for every field load and
+-- sync set.
+local function new_rec()
+  return {own = 0, owned = false, others = 0, last = 0, pressed = 0, shares = NOSHARES, nshares = 0,
+    w = false, x = false, st = false, dels = false}
+end
+
 local function load(key, nw)
-  local flat = redis.call('HGETALL', key)
-  local w, x, pressed
-  local resv = {} -- indexes in flat of the reservations' fields
-  local shares, nshares = {}, 0
+  local flat = call('HGETALL', key)
+  local rec = new_rec()
+  local w, x
   for i = 1, #flat, 2 do
     local f = flat[i]
     if f == 'w' then
@@ -144,24 +174,42 @@ local function load(key, nw)
     elseif f == 'x' then
       x = flat[i + 1]
     elseif f == 'p' then
-      pressed = tonumber(flat[i + 1])
+      rec.pressed = tonumber(flat[i + 1]) or 0
     else
-      local kind = string.sub(f, 1, 2)
+      local kind = sub(f, 1, 2)
       if kind == 'r:' then
-        resv[#resv + 1] = i
+        local u, exp = parse_reservation(flat[i + 1])
+        if exp <= now then
+          del(rec, f)
+        elseif f == mine then
+          rec.own, rec.owned = u, true
+        else
+          rec.others = satadd(rec.others, u)
+          rec.last = max(rec.last, exp)
+        end
       elseif kind == 's:' then
-        shares[f] = parse_share(flat[i + 1])
-        nshares = nshares + 1
+        if rec.shares == NOSHARES then rec.shares = {} end
+        rec.shares[f] = parse_share(flat[i + 1])
+        rec.nshares = rec.nshares + 1
       end
     end
   end
-  if x and tonumber(x) <= now then
-    redis.call('DEL', key)
-    w, resv, pressed, shares, nshares = nil, {}, nil, {}, 0
+  x = x and tonumber(x)
+  if x and x <= now then
+    call('DEL', key)
+    rec = new_rec()
+    w, x = nil, nil
   end
-  local st = {}
-  local n = 0
-  if w then
+  rec.w, rec.x = w or false, x or false
+  local st, n = {}, 0
+  if w and nw == 1 then
+    local e, c, p, t = match(w, '^(%-?%d+) (%d+) (%d+) (%-?%d+)$')
+    if e then
+      -- cur and prev of a token bucket, tat of the others: "0".
+      st, n = {{epoch = tonumber(e), cur = c == '0' and 0 or tonumber(c), prev = p == '0' and 0 or tonumber(p),
+        tat = t == '0' and 0 or tonumber(t)}}, 1
+    end
+  elseif w then
     for e, c, p, t in string.gmatch(w, '(%-?%d+) (%d+) (%d+) (%-?%d+)') do
       n = n + 1
       st[n] = {epoch = tonumber(e), cur = tonumber(c), prev = tonumber(p), tat = tonumber(t)}
@@ -171,21 +219,7 @@ local function load(key, nw)
     st = {}
     for i = 1, nw do st[i] = {epoch = 0, cur = 0, prev = 0, tat = 0} end
   end
-
-  local rec = {st = st, own = 0, owned = false, others = 0, last = 0, pressed = pressed or 0,
-    shares = shares, nshares = nshares, dels = {}}
-  for _, i in ipairs(resv) do
-    local f = flat[i]
-    local u, exp = parse_reservation(flat[i + 1])
-    if exp <= now then
-      rec.dels[#rec.dels + 1] = f
-    elseif f == mine then
-      rec.own, rec.owned = u, true
-    else
-      rec.others = satadd(rec.others, u)
-      rec.last = math.max(rec.last, exp)
-    end
-  end
+  rec.st = st
   return rec
 end
 
@@ -193,56 +227,81 @@ end
 -- credit until expires, when the key stops counting as pressed, the share
 -- records charged, and the record's expiry (KeyRecord.ExpiresAt, at least
 -- now + 1 as in memstore), all in one HSET after one HDEL of the fields
--- dropped. It returns the reply: now, credit, others' reservations and
--- shares held, pressed, expires, contended and the window states.
+-- dropped. The windows and the expiry are left out when they read as
+-- stored, and the key's TTL, set from the expiry, then stays too. It
+-- returns the reply: now, credit, others' reservations and shares held,
+-- pressed, expires, contended and the window states.
 local function save(key, rec, ws, credit, expires, oheld, contended)
-  local out = {now, credit, rec.others, oheld, rec.pressed > now and 1 or 0, expires, contended and 1 or 0}
-  local fields = {'w', '', 'x', ''}
-  local enc = {}
+  local st, nw = rec.st, #ws
+  local s = st[1]
+  local out = {now, credit, rec.others, oheld, rec.pressed > now and 1 or 0, expires, contended and 1 or 0,
+    s.epoch, s.cur, s.prev, s.tat}
   local x = rec.last
-  if credit > 0 then
-    x = math.max(x, expires)
-    fields[#fields + 1], fields[#fields + 2] = mine, string.format('%d %d', credit, expires)
+  if credit > 0 then x = max(x, expires) end
+  x = max(x, fresh_at(s, ws[1]))
+  for i = 2, nw do
+    s = st[i]
+    x = max(x, fresh_at(s, ws[i]))
+    out[4 * i + 4], out[4 * i + 5], out[4 * i + 6], out[4 * i + 7] = s.epoch, s.cur, s.prev, s.tat
   end
-  for i = 1, #ws do
-    local s = rec.st[i]
-    enc[i] = string.format('%d %d %d %d', s.epoch, s.cur, s.prev, s.tat)
-    x = math.max(x, fresh_at(s, ws[i]))
-    out[#out + 1] = s.epoch
-    out[#out + 1] = s.cur
-    out[#out + 1] = s.prev
-    out[#out + 1] = s.tat
-  end
-  for f, r in pairs(rec.shares) do
-    if #ws == 1 then
-      x = math.max(x, fresh_at(r.s, ws[1]), (r.rel + 1) * ws[1].p)
+  if nw == 1 then
+    for _, r in pairs(rec.shares) do
+      x = max(x, fresh_at(r.s, ws[1]), (r.rel + 1) * ws[1].p)
     end
-    if r.dirty then
-      local s = r.s
-      fields[#fields + 1], fields[#fields + 2] = f, string.format('%d %d %d %d %d', s.epoch, s.cur, s.prev, s.tat, r.rel)
-    end
-  end
-  if rec.pressed > now then -- a lapsed value left in place reads the same
-    fields[#fields + 1], fields[#fields + 2] = 'p', fmt(rec.pressed)
   end
   -- Past 2^53 the state is not one the maths produce; never let it wrap
   -- into a past expiry.
-  x = math.min(math.max(x, now + 1), MAXEXACT)
-  fields[2], fields[4] = table.concat(enc, ','), fmt(x)
-  if #rec.dels > 0 then
-    redis.call('HDEL', key, unpack(rec.dels))
+  x = min(max(x, now + 1), MAXEXACT)
+
+  local fields, n = {false, false, false, false, false, false}, 0
+  local enc
+  if nw == 1 then
+    s = st[1]
+    enc = format('%d %d %d %d', s.epoch, s.cur, s.prev, s.tat)
+  else
+    local parts = {}
+    for i = 1, nw do
+      local s = st[i]
+      parts[i] = format('%d %d %d %d', s.epoch, s.cur, s.prev, s.tat)
+    end
+    enc = concat(parts, ',')
   end
-  redis.call('HSET', key, unpack(fields))
-  redis.call('PEXPIREAT', key, ceilms(x + GRACE))
+  if enc ~= rec.w then
+    fields[1], fields[2], n = 'w', enc, 2
+  end
+  if x ~= rec.x then
+    fields[n + 1], fields[n + 2], n = 'x', fmt(x), n + 2
+  end
+  if credit > 0 then
+    fields[n + 1], fields[n + 2], n = mine, format('%d %d', credit, expires), n + 2
+  end
+  for f, r in pairs(rec.shares) do
+    if r.dirty then
+      local s = r.s
+      fields[n + 1], fields[n + 2], n = f, format('%d %d %d %d %d', s.epoch, s.cur, s.prev, s.tat, r.rel), n + 2
+    end
+  end
+  if rec.pressed > now then -- a lapsed value left in place reads the same
+    fields[n + 1], fields[n + 2], n = 'p', fmt(rec.pressed), n + 2
+  end
+  if rec.dels then
+    call('HDEL', key, unpack(rec.dels))
+  end
+  if n > 0 then
+    call('HSET', key, unpack(fields, 1, n))
+  end
+  if x ~= rec.x then
+    call('PEXPIREAT', key, ceilms(x + GRACE))
+  end
   return out
 end
 
--- charge charges the nh hits whose arguments start at ARGV[h] to every
+-- charge charges the nh hits whose arguments start at args[h] to every
 -- window, each to the window it was admitted in (step 2 of
 -- KeyRecord.Sync).
 local function charge(st, ws, h, nh)
   for k = 0, nh - 1 do
-    local at, units = tonumber(ARGV[h + 2 * k]), tonumber(ARGV[h + 2 * k + 1])
+    local at, units = tonumber(args[h + 2 * k]), num(h + 2 * k + 1)
     for i = 1, #ws do
       if units >= 0 then
         charge_at(st[i], ws[i], at, units)
@@ -254,7 +313,8 @@ local function charge(st, ws, h, nh)
 end
 
 -- KeyRecord.chargeShares: records this replica's nsh share hits (their
--- arguments start at ARGV[h]) and its release in its share record, drops the records that no longer count, and returns what
+-- arguments start at args[h]) and its release in its share record, drops
+-- the records that no longer count, and returns what
 -- the shares hold of the window (heldShares) for an item of share epoch
 -- se and sharers n, nn: all unreported shares, this replica's own, the
 -- part released through the current epoch, when the first of those
@@ -265,31 +325,32 @@ local function charge_shares(rec, ws, se, n, nn, share, h, nsh, release)
   local has = se > 0 and #ws == 1 and alg == FIXED
   if not has and nsh == 0 and release == 0 then return 0, 0, 0, 0, false, false end
   local w = ws[1]
-  local epoch = idiv(now, w.p)
-  local shares = rec.shares
+  local epoch = w.e
   if nsh > 0 or release ~= 0 then
-    local r = shares[myshare]
+    if rec.shares == NOSHARES then rec.shares = {} end
+    local r = rec.shares[myshare]
     if r == nil then
       r = {s = {epoch = 0, cur = 0, prev = 0, tat = 0}, rel = 0}
-      shares[myshare] = r
+      rec.shares[myshare] = r
       rec.nshares = rec.nshares + 1
     end
     for k = 0, nsh - 1 do
-      local units = tonumber(ARGV[h + 2 * k + 1])
+      local units = num(h + 2 * k + 1)
       if units > 0 then
-        charge_at(r.s, w, tonumber(ARGV[h + 2 * k]), units)
+        charge_at(r.s, w, tonumber(args[h + 2 * k]), units)
       end
     end
     if release ~= 0 then -- the current epoch or the next
-      r.rel = math.max(r.rel, math.min(idiv(release, w.p), epoch + 1))
+      r.rel = max(r.rel, min(idiv(release, w.p), epoch + 1))
     end
     r.dirty = true
   end
+  local shares = rec.shares
   for f, r in pairs(shares) do
     if fresh_at(r.s, w) <= now and r.rel < epoch then
       shares[f] = nil
       rec.nshares = rec.nshares - 1
-      if r.stored then rec.dels[#rec.dels + 1] = f end
+      if r.stored then del(rec, f) end
     end
   end
   if not has then return 0, 0, 0, 0, false, false end
@@ -299,22 +360,22 @@ local function charge_shares(rec, ws, se, n, nn, share, h, nsh, release)
     return MAXEXACT, 0, 0, MAXEXACT, false, true
   end
   -- ShareSize; share is clamped to (0, 1].
-  local size = idiv(math.floor(share * w.limit), math.max(n, 1))
+  local size = idiv(floor(share * w.limit), max(n, 1))
   local all, own, released, returns = 0, 0, 0, MAXEXACT
   for f, r in pairs(shares) do
     local s = {epoch = r.s.epoch, cur = r.s.cur, prev = r.s.prev, tat = r.s.tat}
-    roll(s, w.p)
+    roll(s, w)
     local left = satsub(size, s.cur) -- remaining of a fixed window of size
     if r.rel >= epoch then
       released = satadd(released, left)
-      returns = math.min(returns, (r.rel + 1) * w.p)
+      returns = min(returns, (r.rel + 1) * w.p)
       left = 0
     end
     all = satadd(all, left)
     if f == myshare then own = left end
   end
   -- The unreported shares: S each of the sharers without a record.
-  all = satadd(all, math.min(math.max(n - rec.nshares, 0) * size, MAXEXACT))
+  all = satadd(all, min(max(n - rec.nshares, 0) * size, MAXEXACT))
   return all, own, released, returns, epoch == se and nn == n, true
 end
 
@@ -326,31 +387,32 @@ local function dry_gets_one(st, ws, share, nrep, pressed)
   if alg == FIXED then return true end
   if alg ~= SLIDING or pressed > now then return false end
   for i = 1, #ws do
-    if idiv(math.floor(share * satsub(ws[i].limit, st[i].prev)), nrep) == 0 then
+    if idiv(floor(share * satsub(ws[i].limit, st[i].prev)), nrep) == 0 then
       return false
     end
   end
   return true
 end
 
--- sync applies the item whose arguments start at ARGV[a] to key and
+-- sync applies the item whose arguments start at args[a] to key and
 -- returns its reply and where the next item's arguments start.
 local function sync(key, a)
-  alg = tonumber(ARGV[a])
-  local nw = tonumber(ARGV[a + 1])
+  alg = num(a)
+  local nw = num(a + 1)
   local ws = {}
   a = a + 2
   for i = 1, nw do
-    ws[i] = {p = tonumber(ARGV[a]), limit = tonumber(ARGV[a + 1]), cap = tonumber(ARGV[a + 2])}
+    local p = tonumber(args[a])
+    ws[i] = {p = p, limit = num(a + 1), cap = alg == BUCKET and num(a + 2) or 0, e = idiv(now, p)}
     a = a + 3
   end
-  local unused, want, waiting = tonumber(ARGV[a]), tonumber(ARGV[a + 1]), tonumber(ARGV[a + 2])
-  local denied, share, nrep = tonumber(ARGV[a + 3]), tonumber(ARGV[a + 4]), tonumber(ARGV[a + 5])
-  local lease, nh = tonumber(ARGV[a + 6]), tonumber(ARGV[a + 7])
+  local unused, want, waiting = num(a), num(a + 1), num(a + 2)
+  local denied, share, nrep = num(a + 3), num(a + 4), num(a + 5)
+  local lease, nh = num(a + 6), num(a + 7)
   local hits = a + 8
   a = hits + 2 * nh
-  local se, sharers, nnext = tonumber(ARGV[a]), tonumber(ARGV[a + 1]), tonumber(ARGV[a + 2])
-  local release, nsh = tonumber(ARGV[a + 3]), tonumber(ARGV[a + 4])
+  local se, sharers, nnext = num(a), num(a + 1), num(a + 2)
+  local release, nsh = num(a + 3), num(a + 4)
   local shits = a + 5
   a = shits + 2 * nsh
   if share <= 0 or share > 1 then share = 1 end
@@ -370,7 +432,7 @@ local function sync(key, a)
   -- requests waiting or denied.
   if alg == SLIDING and (denied > 0 or waiting > 0) then
     local p = ws[1].p
-    for i = 2, nw do p = math.min(p, ws[i].p) end
+    for i = 2, nw do p = min(p, ws[i].p) end
     rec.pressed = now + p
   end
 
@@ -378,20 +440,20 @@ local function sync(key, a)
   local reserved = satadd(rec.others, held)
   local avail
   for i = 1, nw do
-    roll(st[i], ws[i].p)
+    roll(st[i], ws[i])
     local r = satsub(remaining(st[i], ws[i]), reserved)
     if avail == nil or r < avail then avail = r end
   end
 
   -- 4-6. keep, split, last mile.
-  local kept = math.min(unused, rec.own, avail)
+  local kept = min(unused, rec.own, avail)
   local free = avail - kept
-  local grant = math.min(want, idiv(math.floor(share * free), nrep))
+  local grant = min(want, idiv(floor(share * free), nrep))
   if grant == 0 and kept == 0 and want > 0 and dry_gets_one(st, ws, share, nrep, rec.pressed)
-      and math.floor(share * free) > 0 then
+      and floor(share * free) > 0 then
     grant = 1
   end
-  if waiting > grant then grant = math.max(grant, math.min(waiting, free)) end
+  if waiting > grant then grant = max(grant, min(waiting, free)) end
 
   -- 7. the reservation (written by save, with the windows) lapses at now
   -- + lease; of a rule with shares, at the epoch's end unless it may
@@ -402,24 +464,30 @@ local function sync(key, a)
   if has then
     if not carry then
       local p = ws[1].p
-      expires = math.min(expires, (idiv(now, p) + 1) * p)
+      expires = min(expires, (ws[1].e + 1) * p)
     end
     if credit > satsub(avail, released) then
-      expires = math.min(expires, returns)
+      expires = min(expires, returns)
     end
   end
   if credit == 0 and rec.owned then
-    rec.dels[#rec.dels + 1] = mine
+    del(rec, mine)
   end
   local oheld = held - ownheld
   local contended = waiting > grant and (oheld > 0 or (has and rec.others > 0))
-  if has and idiv(now, ws[1].p) ~= se then contended = false end
+  if has and ws[1].e ~= se then contended = false end
   return save(key, rec, ws, credit, expires, oheld, contended), a
 end
 
-local replies = {}
-local a = 2
-for k = 1, #KEYS do
-  replies[k], a = sync(KEYS[k], a)
+-- main syncs the keys of one call, replica argv[1], at one Redis TIME.
+local function main(keys, argv)
+  now, args = clock(), argv
+  mine, myshare = 'r:' .. argv[1], 's:' .. argv[1]
+  local replies, a = {}, 2
+  for k = 1, #keys do
+    replies[k], a = sync(keys[k], a)
+  end
+  return replies
 end
-return replies
+
+return main(KEYS, ARGV)
