@@ -41,6 +41,9 @@ type creditState struct {
 	orphan atomic.Bool
 	// denied counts the requests denied since the last round.
 	denied atomic.Int64
+	// spending counts spends and refunds in transit between the credit
+	// and the hits (settle).
+	spending atomic.Int64
 	// yield asks the next round to hand back the key's unused credit: the
 	// store published the key, whose waiters on another replica need it.
 	yield atomic.Bool
@@ -163,11 +166,10 @@ func (l *Limiter) spend(cs *creditState, n, now int64) bool {
 		return false
 	}
 	g := cs.grant.Load()
-	c, ok := cs.take(n, g/reserveShare)
+	c, ok := cs.spendCredit(n, g/reserveShare)
 	if !ok {
 		return false
 	}
-	cs.hits.Add(n)
 	if 2*c < g && cs.kicked.CompareAndSwap(false, true) {
 		// Early sync at half credit: due at the next tick, batched with
 		// the other keys; only waiters wake the loop at once.
@@ -183,6 +185,19 @@ func (l *Limiter) chargeDebt(r *Request, hits uint64, now int64) {
 	cs := l.creditFor(r.Key, r.Rule, now)
 	cs.hits.Add(int64(min(hits, math.MaxInt64/2)))
 	l.activate(cs)
+}
+
+// spendCredit admits n units from the credit if at least floor remains
+// after them (take), counting them among the hits to push; the spend is
+// in transit between the two, which settle waits out.
+func (cs *creditState) spendCredit(n, floor int64) (int64, bool) {
+	cs.spending.Add(1)
+	defer cs.spending.Add(-1)
+	c, ok := cs.take(n, floor)
+	if ok {
+		cs.hits.Add(n)
+	}
+	return c, ok
 }
 
 // take spends n units of credit if at least floor remains after them,
@@ -241,6 +256,8 @@ func (cs *creditState) refundable(snow int64) int64 {
 // below an empty window or a full bucket) without handing this replica
 // credit that no reservation backs, and at most limit of it.
 func (cs *creditState) refund(n, limit int64) {
+	cs.spending.Add(1) // units move from the hits to the credit
+	defer cs.spending.Add(-1)
 	for {
 		h := cs.hits.Load()
 		back := min(n, max(h, 0))
@@ -301,8 +318,7 @@ func (l *Limiter) wait(cs *creditState, rule *Rule, n int64, now int64) Result {
 	now = l.now()
 	ok, wait := false, time.Duration(0)
 	if now < cs.backedTo.Load() {
-		if _, ok = cs.take(n, 0); ok {
-			cs.hits.Add(n)
+		if _, ok = cs.spendCredit(n, 0); ok {
 			l.count(ModeOverrun)
 		}
 	}
@@ -415,8 +431,7 @@ func (cs *creditState) serveFromShare(l *Limiter, now int64) {
 func (cs *creditState) serveWaiters() {
 	kept := cs.waiters[:0]
 	for _, w := range cs.waiters {
-		if _, ok := cs.take(w.n, 0); ok {
-			cs.hits.Add(w.n)
+		if _, ok := cs.spendCredit(w.n, 0); ok {
 			cs.waiting -= uint64(w.n)
 			w.done <- true
 			continue

@@ -2,6 +2,7 @@ package limiter
 
 import (
 	"math"
+	"runtime"
 	"time"
 )
 
@@ -57,26 +58,26 @@ func (l *Limiter) prepare(cs *creditState, now int64) SyncItem {
 	cs.serveFromShare(l, now)
 	cs.inflight, cs.sentAt, cs.asked, cs.collected = true, now, cs.waiting, false
 	cs.kicked.Store(false)
-	h := cs.hits.Swap(0)
 	snow := l.storeNow(now)
-	want := cs.want(now, snow, h+cs.share.pendingUnits())
+	want := cs.want(now, snow, max(cs.hits.Load(), 0)+cs.share.pendingUnits())
 	if len(cs.waiters) == 0 && cs.share.ample(cs.ws[0], snow) {
 		want = 0 // the share has room: no credit beside it
 	}
 	cs.handBack(want)
-	cs.unused = max(cs.credit.Load(), 0)
-	it := SyncItem{
-		Key: cs.key, Algorithm: cs.rule.Algorithm, Windows: cs.rule.Windows,
-		Unused: uint64(cs.unused), Want: want, Waiting: cs.waitingFor(l, now), Denied: uint64(cs.denied.Swap(0)),
-		Share: cs.rule.Tuning.share(), Replicas: int(l.replicas.Load()), Lease: lease,
-	}
 	if yield := cs.yield.Swap(false); len(cs.waiters) == 0 && (yield || now-cs.lastUse.Load() > int64(quietInterval)) {
 		// Idle, or asked to yield to another replica's waiters: hand the
 		// reservation back. Its credit leaves the hot path's reach first:
 		// a request arriving while the round is in flight would spend
 		// units the store no longer backs.
 		cs.withdraw()
-		it.Unused, it.Want, cs.unused = 0, 0, 0
+		want = 0
+	}
+	var h int64
+	cs.unused, h = cs.settle()
+	it := SyncItem{
+		Key: cs.key, Algorithm: cs.rule.Algorithm, Windows: cs.rule.Windows,
+		Unused: uint64(cs.unused), Want: want, Waiting: cs.waitingFor(l, now), Denied: uint64(cs.denied.Swap(0)),
+		Share: cs.rule.Tuning.share(), Replicas: int(l.replicas.Load()), Lease: lease,
 	}
 	it.Hits = cs.pushHits(h, snow)
 	if cs.share != nil {
@@ -148,6 +149,22 @@ func (cs *creditState) handBack(want uint64) {
 		if c <= int64(want) || cs.credit.CompareAndSwap(c, int64(want)) {
 			return
 		}
+	}
+}
+
+// settle reads the credit a round reports unused and takes the hits it
+// pushes, consistently with the hot path: every unit spent is in the
+// credit read or among the hits taken (both only over-counts), never in
+// neither. A spend between taking its credit and counting its hit is in
+// transit (spending); the read is made again until none is. cs.mu must
+// be held.
+func (cs *creditState) settle() (unused, hits int64) {
+	for {
+		c := cs.credit.Load()
+		if cs.spending.Load() == 0 {
+			return max(c, 0), cs.hits.Swap(0)
+		}
+		runtime.Gosched()
 	}
 }
 
