@@ -85,38 +85,52 @@ func (s *noopRLS) ShouldRateLimit(context.Context, *ratelimitv3.RateLimitRequest
 }
 
 // BenchmarkShouldRateLimitLoopback drives the RLS and the no-op floor
-// over a real loopback gRPC connection with 16 callers, the server set up
-// as ratelimit-svc sets it up; allocations are client's and server's.
+// over a real loopback gRPC connection with 1 and 16 callers, the server
+// set up as ratelimit-svc sets it up; allocations are client's and
+// server's.
 func BenchmarkShouldRateLimitLoopback(b *testing.B) {
 	noop := &noopRLS{answer: &ratelimitv3.RateLimitResponse{
 		OverallCode: ratelimitv3.RateLimitResponse_OK,
 		Statuses:    []*ratelimitv3.RateLimitResponse_DescriptorStatus{{Code: ratelimitv3.RateLimitResponse_OK}},
 	}}
 	for _, keys := range []int{1, 10000} {
-		for _, target := range []string{"noop", "rls"} {
-			b.Run("keys="+strconv.Itoa(keys)+"/"+target, func(b *testing.B) {
-				var srv ratelimitv3.RateLimitServiceServer = noop
-				if target == "rls" {
-					srv = benchRLS(b)
-				}
-				conn := envoytest.Loopback(b, func(s *grpc.Server) {
-					ratelimitv3.RegisterRateLimitServiceServer(s, srv)
-				}, grpc.NumStreamWorkers(uint32(runtime.GOMAXPROCS(0))))
-				client := ratelimitv3.NewRateLimitServiceClient(conn)
-				reqs := benchRequests(keys)
-				var next atomic.Uint64
-				b.SetParallelism(max(1, 16/runtime.GOMAXPROCS(0)))
-				b.ReportAllocs()
-				b.RunParallel(func(pb *testing.PB) {
-					for pb.Next() {
-						req := reqs[next.Add(1)%uint64(len(reqs))]
-						if _, err := client.ShouldRateLimit(context.Background(), req); err != nil {
-							b.Error(err)
-							return
-						}
+		for _, c := range []int{1, 16} {
+			for _, target := range []string{"noop", "rls"} {
+				name := "keys=" + strconv.Itoa(keys) + "/c=" + strconv.Itoa(c) + "/" + target
+				b.Run(name, func(b *testing.B) {
+					var srv ratelimitv3.RateLimitServiceServer = noop
+					if target == "rls" {
+						srv = benchRLS(b)
 					}
+					benchLoopback(b, srv, benchRequests(keys), c)
 				})
-			})
+			}
 		}
 	}
+}
+
+func benchLoopback(b *testing.B, srv ratelimitv3.RateLimitServiceServer, reqs []*ratelimitv3.RateLimitRequest, c int) {
+	conn := envoytest.Loopback(b, func(s *grpc.Server) {
+		ratelimitv3.RegisterRateLimitServiceServer(s, srv)
+	}, grpc.NumStreamWorkers(uint32(runtime.GOMAXPROCS(0))))
+	client := ratelimitv3.NewRateLimitServiceClient(conn)
+	call := func(i uint64) bool {
+		_, err := client.ShouldRateLimit(context.Background(), reqs[i%uint64(len(reqs))])
+		if err != nil {
+			b.Error(err)
+		}
+		return err == nil
+	}
+	b.ReportAllocs()
+	if c == 1 {
+		for i := uint64(0); b.Loop() && call(i); i++ {
+		}
+		return
+	}
+	var next atomic.Uint64
+	b.SetParallelism(max(1, c/runtime.GOMAXPROCS(0)))
+	b.RunParallel(func(pb *testing.PB) {
+		for pb.Next() && call(next.Add(1)) {
+		}
+	})
 }
