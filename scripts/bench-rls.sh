@@ -39,7 +39,7 @@ if command -v redis-server >/dev/null; then
   wait_port 16379
   for i in 0 1 2 3; do
     "$work/ratelimit-svc" --config "$work/bench.yaml" --grpc-addr "127.0.0.1:1909$i" --http-addr "127.0.0.1:1919$i" \
-      --redis-url redis://127.0.0.1:16379 --replica-id "bench-$i" --log-level warn >"$work/redis$i.log" 2>&1 & pids+=($!)
+      --debug-addr "" --redis-url redis://127.0.0.1:16379 --replica-id "bench-$i" --log-level warn >"$work/redis$i.log" 2>&1 & pids+=($!)
     [ "$i" = 0 ] && redis=$!
   done
   wait_port 19093
@@ -57,13 +57,16 @@ EOF
 }
 
 # Each cell runs R times, the servers interleaved, and reports medians:
-# on a shared machine one run's ratio is noise.
+# on a shared machine one run's ratio is noise. The order of the servers
+# rotates from run to run, so none always follows the same one.
 R=${R:-3}
+targets=(noop local redis)
 : >"$work/rows"
 for keys in 1 10000; do
   for c in 1 16 64; do
     for r in $(seq "$R"); do
-      for target in noop local redis; do
+      for k in 0 1 2; do
+        target=${targets[$(((k + r) % 3))]}
         case $target in
           noop) addr=127.0.0.1:19081; pid=$noop ;;
           local) addr=127.0.0.1:19082; pid=$local ;;
@@ -101,6 +104,8 @@ if [ -n "$redis" ]; then
   echo "Accuracy: 4 replicas sharing 50/s through Redis, 250/s offered open-loop, round-robin:"
   echo '```'
   "$work/rlsbench" -addr 127.0.0.1:19090,127.0.0.1:19091,127.0.0.1:19092,127.0.0.1:19093 -domain bench \
-    -descriptor 'shared=one' -keys 1 -c 16 -rate 250 -d 10s 2>/dev/null | sed -n '/^accuracy/,$p'
+    -descriptor 'shared=one' -keys 1 -c 16 -rate 250 -d 10s >"$work/accuracy.txt" 2>"$work/accuracy.err" || true
+  sed -n '/^accuracy/,$p' "$work/accuracy.txt"
+  grep -q '^accuracy' "$work/accuracy.txt" || { echo "rlsbench reported no accuracy:"; tail -5 "$work/accuracy.err"; }
   echo '```'
 fi
