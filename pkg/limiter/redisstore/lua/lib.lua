@@ -11,7 +11,7 @@ if redis.replicate_commands then redis.replicate_commands() end
 -- a lookup in the globals table, and a library function one more in its
 -- module's.
 local floor, min, max = math.floor, math.min, math.max
-local format, match, sub = string.format, string.match, string.sub
+local format, match, find, sub = string.format, string.match, string.find, string.sub
 local tonumber, pairs, unpack, concat = tonumber, pairs, unpack, table.concat
 local call = redis.call
 
@@ -93,6 +93,6 @@ end
 
 -- parse_reservation splits "units expires".
 local function parse_reservation(v)
-  local u, e = match(v, '^(%d+) (%-?%d+)$')
-  return tonumber(u), tonumber(e)
+  local i = find(v, ' ', 1, true)
+  return tonumber(sub(v, 1, i - 1)), tonumber(sub(v, i + 1))
 end

@@ -41,11 +41,66 @@ local GRACE = 1000000
 local now, args, mine, myshare
 local alg
 
--- num reads an argument, the common "0" and "1" without a conversion.
+-- num reads an argument, the common "0" and "1" without a conversion;
+-- num4 four in a row, in one call.
 local function num(i)
   local v = args[i]
   if v == '0' then return 0 elseif v == '1' then return 1 end
   return tonumber(v)
+end
+
+-- The keys of one call share many strings: the arguments of a rule, and
+-- the reservations and window states one replica wrote in one call (one
+-- expiry, often one credit and one count). A call of several keys
+-- converts each distinct one once: seen maps a string to its number,
+-- seen_units and seen_exp a reservation to its parts, seen_w one
+-- window's state to {epoch, cur, prev, tat}; false for a call of one key.
+local seen, seen_units, seen_exp, seen_w
+
+-- tonum is tonumber, once per distinct string in a call.
+local function tonum(v)
+  if not seen then return tonumber(v) end
+  local n = seen[v]
+  if n == nil then
+    n = tonumber(v)
+    seen[v] = n
+  end
+  return n
+end
+
+local function num4(i)
+  local a, b, c, d = args[i], args[i + 1], args[i + 2], args[i + 3]
+  return a == '0' and 0 or a == '1' and 1 or tonum(a), b == '0' and 0 or b == '1' and 1 or tonum(b),
+    c == '0' and 0 or c == '1' and 1 or tonum(c), d == '0' and 0 or d == '1' and 1 or tonum(d)
+end
+
+-- reservation is parse_reservation, once per distinct string in a call.
+local function reservation(v)
+  if not seen then return parse_reservation(v) end
+  local e = seen_exp[v]
+  if e == nil then
+    local u
+    u, e = parse_reservation(v)
+    seen_units[v], seen_exp[v] = u, e
+    return u, e
+  end
+  return seen_units[v], e
+end
+
+-- window_state reads one window's state, "epoch cur prev tat" (nil if
+-- it is not one), parsed once per distinct string in a call.
+local function window_state(w)
+  local m = seen and seen_w[w]
+  if not m then
+    local e, c, p, t = match(w, '^(%-?%d+) (%d+) (%d+) (%-?%d+)$')
+    if not e then return nil end
+    -- cur and prev of a token bucket, tat of the others: "0".
+    e, c, p, t = tonumber(e), c == '0' and 0 or tonumber(c), p == '0' and 0 or tonumber(p), t == '0' and 0 or tonumber(t)
+    if not seen then return {epoch = e, cur = c, prev = p, tat = t} end
+    m = {e, c, p, t}
+    seen_w[w] = m
+  end
+  return {epoch = m[1], cur = m[2], prev = m[3], tat = m[4]}
 end
 
 -- del lists field among those save deletes.
@@ -178,7 +233,7 @@ local function load(key, nw)
     else
       local kind = sub(f, 1, 2)
       if kind == 'r:' then
-        local u, exp = parse_reservation(flat[i + 1])
+        local u, exp = reservation(flat[i + 1])
         if exp <= now then
           del(rec, f)
         elseif f == mine then
@@ -194,7 +249,7 @@ local function load(key, nw)
       end
     end
   end
-  x = x and tonumber(x)
+  x = x and tonum(x)
   if x and x <= now then
     call('DEL', key)
     rec = new_rec()
@@ -203,12 +258,8 @@ local function load(key, nw)
   rec.w, rec.x = w or false, x or false
   local st, n = {}, 0
   if w and nw == 1 then
-    local e, c, p, t = match(w, '^(%-?%d+) (%d+) (%d+) (%-?%d+)$')
-    if e then
-      -- cur and prev of a token bucket, tat of the others: "0".
-      st, n = {{epoch = tonumber(e), cur = c == '0' and 0 or tonumber(c), prev = p == '0' and 0 or tonumber(p),
-        tat = t == '0' and 0 or tonumber(t)}}, 1
-    end
+    local s = window_state(w)
+    if s then st, n = {s}, 1 end
   elseif w then
     for e, c, p, t in string.gmatch(w, '(%-?%d+) (%d+) (%d+) (%-?%d+)') do
       n = n + 1
@@ -402,17 +453,16 @@ local function sync(key, a)
   local ws = {}
   a = a + 2
   for i = 1, nw do
-    local p = tonumber(args[a])
-    ws[i] = {p = p, limit = num(a + 1), cap = alg == BUCKET and num(a + 2) or 0, e = idiv(now, p)}
+    local p = tonum(args[a])
+    ws[i] = {p = p, limit = tonum(args[a + 1]), cap = alg == BUCKET and tonum(args[a + 2]) or 0, e = idiv(now, p)}
     a = a + 3
   end
-  local unused, want, waiting = num(a), num(a + 1), num(a + 2)
-  local denied, share, nrep = num(a + 3), num(a + 4), num(a + 5)
-  local lease, nh = num(a + 6), num(a + 7)
+  local unused, want, waiting, denied = num4(a)
+  local share, nrep, lease, nh = num4(a + 4)
   local hits = a + 8
   a = hits + 2 * nh
-  local se, sharers, nnext = num(a), num(a + 1), num(a + 2)
-  local release, nsh = num(a + 3), num(a + 4)
+  local se, sharers, nnext, release = num4(a)
+  local nsh = num(a + 4)
   local shits = a + 5
   a = shits + 2 * nsh
   if share <= 0 or share > 1 then share = 1 end
@@ -483,6 +533,11 @@ end
 local function main(keys, argv)
   now, args = clock(), argv
   mine, myshare = 'r:' .. argv[1], 's:' .. argv[1]
+  if #keys > 1 then
+    seen, seen_units, seen_exp, seen_w = {}, {}, {}, {}
+  else
+    seen = false
+  end
   local replies, a = {}, 2
   for k = 1, #keys do
     replies[k], a = sync(keys[k], a)
