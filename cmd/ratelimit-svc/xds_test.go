@@ -150,9 +150,9 @@ func TestServesConfigFromXDS(t *testing.T) {
 	if code, _ := getWithCode(t, x.http+"/healthcheck"); code != http.StatusOK {
 		t.Fatalf("/healthcheck after the first config: %d", code)
 	}
-	admitted, over := driveSmallLimit(t, x.rls)
-	if admitted != 3 || over == 0 {
-		t.Fatalf("3/hour over xDS: %d admitted, %d over limit\n%s", admitted, over, x.logs.String())
+	admitted, over, late := driveSmallLimit(t, x.rls)
+	if admitted+min(late, 1) != 3 || admitted < 2 || over == 0 {
+		t.Fatalf("3/hour over xDS: %d admitted (%d denied late first), %d over limit\n%s", admitted, late, over, x.logs.String())
 	}
 	for i := range 5 {
 		if code := x.decide(t, "big"); code != ratelimitv3.RateLimitResponse_OK {
