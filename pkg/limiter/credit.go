@@ -412,26 +412,28 @@ func (cs *creditState) serveFromShare(l *Limiter, now int64) {
 	if cs.share == nil || len(cs.waiters) == 0 {
 		return
 	}
-	kept := cs.waiters[:0]
-	for _, w := range cs.waiters {
-		if ok, _ := l.spendShare(cs, w.n, now, false); ok {
-			cs.waiting -= uint64(w.n)
-			w.done <- true
-			continue
-		}
-		kept = append(kept, w)
-	}
-	clear(cs.waiters[len(kept):])
-	cs.waiters = kept
+	cs.serveWith(func(n int64) bool {
+		ok, _ := l.spendShare(cs, n, now, false)
+		return ok
+	})
 }
 
 // serveWaiters hands fresh credit to the waiters in arrival order; those it
 // cannot serve are denied when the view says they cannot fit soon. cs.mu
 // must be held.
 func (cs *creditState) serveWaiters() {
+	cs.serveWith(func(n int64) bool {
+		_, ok := cs.spendCredit(n, 0)
+		return ok
+	})
+}
+
+// serveWith admits, in arrival order, the waiters admit lets through;
+// the others keep waiting. cs.mu must be held.
+func (cs *creditState) serveWith(admit func(n int64) bool) {
 	kept := cs.waiters[:0]
 	for _, w := range cs.waiters {
-		if _, ok := cs.spendCredit(w.n, 0); ok {
+		if admit(w.n) {
 			cs.waiting -= uint64(w.n)
 			w.done <- true
 			continue
