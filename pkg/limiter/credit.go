@@ -81,6 +81,9 @@ type creditState struct {
 	tight        bool          // over half of a window is used or reserved: credit is held only to its end
 	refill       bool          // a busy sliding-window key left without credit: due again when a unit frees
 	fallback     []WindowState // local windows while degraded (fail-static)
+	// fallbackOK is the last store success the fallback was seeded after:
+	// an outage after a later success seeds it again.
+	fallbackOK int64
 }
 
 // waiter is a request that found no credit and waits for a sync.

@@ -194,8 +194,10 @@ func (l *Limiter) degradedDecide(cs *creditState, rule *Rule, n int64, now int64
 	cs.mu.Lock()
 	defer cs.mu.Unlock()
 	shares := uint64(max(l.replicas.Load(), 1))
-	if len(cs.fallback) != len(rule.Windows) {
-		cs.fallback = cs.seedFallback(l, rule, shares, now)
+	if ok := l.lastOK.Load(); len(cs.fallback) != len(rule.Windows) || cs.fallbackOK != ok {
+		// A new outage: what the key admitted since the last one, from
+		// its share and its credit, counts against this one.
+		cs.fallback, cs.fallbackOK = cs.seedFallback(l, rule, shares, now), ok
 	}
 	res := Result{Allowed: true, Mode: ModeDegraded}
 	var wait time.Duration

@@ -410,3 +410,32 @@ func TestSimSharedAlwaysCharge(t *testing.T) {
 		}
 	})
 }
+
+// TestSimSecondOutage: Redis down twice, the second time after the
+// replicas had recovered and admitted from their shares in a new window:
+// the second outage's fail-static windows count those admits, so the
+// window admits no more than L + N. (Seeded once, at the first outage,
+// they let each replica admit ⌈L/N⌉ beside its share.)
+func TestSimSecondOutage(t *testing.T) {
+	rule := perMinute(100)
+	r := keySim{rule: rule, replicas: 4, keys: 1, rate: 10, duration: warmUp + 130*time.Second, measureFrom: warmUp + 130*time.Second,
+		during: func(r *keyRun) {
+			time.Sleep(warmUp + 10*time.Second)
+			r.faulty.SetDown(true)
+			time.Sleep(10 * time.Second)
+			r.faulty.SetDown(false)
+			time.Sleep(62 * time.Second) // 2 s into the next minute, its shares in use
+			r.faulty.SetDown(true)
+			time.Sleep(20 * time.Second)
+			r.faulty.SetDown(false)
+		}}.run(t)
+	p := rule.Windows[0].Period
+	first := uint64(r.start.Add(warmUp).UnixNano() / int64(p))
+	for w := first; w < first+2; w++ {
+		got := r.admitted[[2]uint64{0, w}]
+		t.Logf("minute %d: %d admitted", w-first, got)
+		if got > 100+4 {
+			t.Errorf("minute %d admitted %d > L + N", w-first, got)
+		}
+	}
+}
