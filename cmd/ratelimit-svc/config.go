@@ -35,7 +35,11 @@ type config struct {
 	LogFormat       string
 	ShutdownTimeout time.Duration
 	ResponseHeaders string
-	GRPCTLS         grpcTLS
+	// HeaderNames name the draft headers (LIMIT_LIMIT_HEADER,
+	// LIMIT_REMAINING_HEADER, LIMIT_RESET_HEADER, on envoyproxy/ratelimit's
+	// LIMIT_RESPONSE_HEADERS_ENABLED); empty: x-ratelimit-*.
+	HeaderNames [3]string
+	GRPCTLS     grpcTLS
 	// GRPCMaxConnAge (GRPC_MAX_CONNECTION_AGE), when set, closes gRPC
 	// connections after that long (GOAWAY, then GRPCMaxConnAgeGrace for
 	// calls in flight), so that clients spread over new replicas.

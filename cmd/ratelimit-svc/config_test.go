@@ -84,9 +84,18 @@ func TestConfigFromUpstreamEnvironment(t *testing.T) {
 			equal(t, "stop increment", c.StopIncrementWhenOverLimit, true)
 			equal(t, "merge", c.MergeDomainConfig, true)
 			equal(t, "headers", c.ResponseHeaders, "draft")
+			equal(t, "header names", c.HeaderNames, [3]string{"RateLimit-Limit", "RateLimit-Remaining", "RateLimit-Reset"})
 			equal(t, "statsd", c.UseStatsd, true)
 			equal(t, "local cache", c.LocalCacheSize, 1048576)
 			equal(t, "notes", len(c.Notes), 2)
+		}},
+		{"header names", map[string]string{"LIMIT_RESPONSE_HEADERS_ENABLED": "true", "LIMIT_LIMIT_HEADER": "X-Limit",
+			"LIMIT_RESET_HEADER": "X-Reset"}, nil, func(t *testing.T, c config) {
+			equal(t, "header names", c.HeaderNames, [3]string{"X-Limit", "RateLimit-Remaining", "X-Reset"})
+		}},
+		{"header names without the headers", map[string]string{"LIMIT_LIMIT_HEADER": "X-Limit"}, nil, func(t *testing.T, c config) {
+			equal(t, "headers", c.ResponseHeaders, "off")
+			equal(t, "header names", c.HeaderNames, [3]string{})
 		}},
 		{"connection age", map[string]string{"GRPC_MAX_CONNECTION_AGE": "24h", "GRPC_MAX_CONNECTION_AGE_GRACE": "1h"}, nil,
 			func(t *testing.T, c config) {
@@ -212,6 +221,8 @@ func TestConfigErrorsNameTheVariable(t *testing.T) {
 		{map[string]string{"LOG_FORMAT": "xml"}, nil, `LOG_FORMAT: "xml"`},
 		{map[string]string{"RLS_SHUTDOWN_TIMEOUT": "soon"}, nil, `RLS_SHUTDOWN_TIMEOUT: "soon" is not a positive duration`},
 		{map[string]string{"SHADOW_MODE": "yes"}, nil, `SHADOW_MODE: "yes" is not a boolean`},
+		{map[string]string{"LIMIT_RESPONSE_HEADERS_ENABLED": "true", "LIMIT_RESET_HEADER": "Reset Time"}, nil,
+			`LIMIT_RESET_HEADER: "Reset Time" is not a header name`},
 		{map[string]string{"USE_PROMETHEUS": "on"}, nil, `USE_PROMETHEUS: "on" is not a boolean`},
 		{map[string]string{"USE_PROMETHEUS": "true", "PROMETHEUS_ADDR": "9090"}, nil, `PROMETHEUS_ADDR: "9090" is not host:port`},
 		{map[string]string{"PROMETHEUS_PATH": "/stats"}, nil, `PROMETHEUS_PATH: "/stats"`},

@@ -35,6 +35,7 @@ type envValues struct {
 	metadata                bool
 	maxConnAge              time.Duration
 	maxConnAgeGrace         time.Duration
+	headerNames             [3]string // LIMIT_*_HEADER, with LIMIT_RESPONSE_HEADERS_ENABLED
 }
 
 // envReader reads variables and collects every problem, each naming its
@@ -270,9 +271,15 @@ func (r *envReader) behaviour() {
 	headers := "off"
 	if r.bool("LIMIT_RESPONSE_HEADERS_ENABLED", false) {
 		headers = "draft"
-		for _, v := range []string{"LIMIT_LIMIT_HEADER", "LIMIT_REMAINING_HEADER", "LIMIT_RESET_HEADER"} {
-			if r.getenv(v) != "" {
-				ev.notes = append(ev.notes, v+": ignored; the headers are x-ratelimit-limit, x-ratelimit-remaining and x-ratelimit-reset")
+		// envoyproxy/ratelimit's names and defaults.
+		for i, v := range []struct{ name, def string }{
+			{"LIMIT_LIMIT_HEADER", "RateLimit-Limit"},
+			{"LIMIT_REMAINING_HEADER", "RateLimit-Remaining"},
+			{"LIMIT_RESET_HEADER", "RateLimit-Reset"},
+		} {
+			ev.headerNames[i] = r.str(v.name, v.def)
+			if !isHeaderName(ev.headerNames[i]) {
+				r.fail(v.name, "%q is not a header name", ev.headerNames[i])
 			}
 		}
 	}
@@ -322,4 +329,20 @@ func (ev *envValues) apply(c *config) {
 	c.Notes = ev.notes
 	c.GRPCMaxConnAge, c.GRPCMaxConnAgeGrace = ev.maxConnAge, ev.maxConnAgeGrace
 	c.DynamicMetadata = ev.metadata
+	c.HeaderNames = ev.headerNames
+}
+
+// isHeaderName reports an HTTP field name: one or more token characters
+// (RFC 9110).
+func isHeaderName(s string) bool {
+	if s == "" {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if !('a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' || strings.IndexByte("!#$%&'*+-.^_`|~", c) >= 0) {
+			return false
+		}
+	}
+	return true
 }

@@ -10,6 +10,9 @@ import (
 	"github.com/ratelimit-svc/ratelimit-svc/pkg/policy"
 )
 
+// draftNames are the draft headers' default names.
+var draftNames = [3]string{"x-ratelimit-limit", "x-ratelimit-remaining", "x-ratelimit-reset"}
+
 // headerBlock holds the header values of one response and the slice of
 // pointers to them: one allocation.
 type headerBlock struct {
@@ -21,7 +24,7 @@ type headerBlock struct {
 // units remaining) as response headers. Values go in Value: Envoy's RLS
 // client reads h.value(), not raw_value. The values are cut from one
 // string built in a stack buffer.
-func rateLimitHeaders(mode HeaderMode, sts []*ratelimitv3.RateLimitResponse_DescriptorStatus) []*corev3.HeaderValue {
+func rateLimitHeaders(mode HeaderMode, names *[3]string, sts []*ratelimitv3.RateLimitResponse_DescriptorStatus) []*corev3.HeaderValue {
 	var most *ratelimitv3.RateLimitResponse_DescriptorStatus
 	for _, st := range sts {
 		if st.CurrentLimit != nil && (most == nil || st.LimitRemaining < most.LimitRemaining) {
@@ -43,8 +46,7 @@ func rateLimitHeaders(mode HeaderMode, sts []*ratelimitv3.RateLimitResponse_Desc
 		cut[1] = len(b)
 		b = strconv.AppendInt(b, reset, 10)
 		v := string(b)
-		return headerValues([]string{"x-ratelimit-limit", "x-ratelimit-remaining", "x-ratelimit-reset"},
-			v[:cut[0]], v[cut[0]:cut[1]], v[cut[1]:])
+		return headerValues(names[:], v[:cut[0]], v[cut[0]:cut[1]], v[cut[1]:])
 	}
 	b = append(appendPolicyName(b, most.CurrentLimit), ";q="...)
 	b = strconv.AppendUint(b, limit, 10)

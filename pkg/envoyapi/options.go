@@ -16,7 +16,8 @@ const (
 	// HeadersOff adds none (the zero value); Envoy's own
 	// enable_x_ratelimit_headers still works from the statuses.
 	HeadersOff HeaderMode = iota
-	// HeadersDraft adds X-RateLimit-Limit, -Remaining and -Reset.
+	// HeadersDraft adds X-RateLimit-Limit, -Remaining and -Reset, or the
+	// names WithHeaderNames gives.
 	HeadersDraft
 	// HeadersIETF adds the IETF RateLimit and RateLimit-Policy fields.
 	HeadersIETF
@@ -39,6 +40,7 @@ type options struct {
 	log      *slog.Logger
 	meter    metric.Meter
 	headers  HeaderMode
+	names    [3]string // draft headers' names: limit, remaining, reset
 	charging Charging
 	metadata bool
 	// metricLimits caps the per-limit metric labels (WithMetricLimits).
@@ -59,6 +61,14 @@ func WithMeterProvider(mp metric.MeterProvider) Option {
 // WithResponseHeaders selects the headers the RLS adds to responses.
 func WithResponseHeaders(m HeaderMode) Option { return func(o *options) { o.headers = m } }
 
+// WithHeaderNames names the three headers of HeadersDraft (limit,
+// remaining units, seconds until reset), as envoyproxy/ratelimit's
+// LIMIT_*_HEADER variables do; empty names keep the defaults
+// (x-ratelimit-limit, x-ratelimit-remaining, x-ratelimit-reset).
+func WithHeaderNames(limit, remaining, reset string) Option {
+	return func(o *options) { o.names = [3]string{limit, remaining, reset} }
+}
+
 // WithCharging sets what a request charges when a descriptor is over its
 // limit; the default, ChargeAdmitted, charges nothing for a denied
 // request. ChargingFor gives envoyproxy/ratelimit's modes.
@@ -74,6 +84,11 @@ func newOptions(opts []Option) options {
 	o := options{log: slog.New(slog.DiscardHandler)}
 	for _, f := range opts {
 		f(&o)
+	}
+	for i, def := range draftNames {
+		if o.names[i] == "" {
+			o.names[i] = def
+		}
 	}
 	if o.meter == nil {
 		o.meter = otel.GetMeterProvider().Meter(meterName)

@@ -32,6 +32,7 @@ type RLS struct {
 	policies Policies
 	decider  Decider
 	headers  HeaderMode
+	names    [3]string
 	charging Charging
 	metadata bool
 	log      *slog.Logger
@@ -46,6 +47,7 @@ func NewRLS(p Policies, d Decider, opts ...Option) *RLS {
 		policies: p,
 		decider:  d,
 		headers:  o.headers,
+		names:    o.names,
 		charging: o.charging,
 		metadata: o.metadata,
 		log:      o.log,
@@ -83,7 +85,7 @@ func (s *RLS) ShouldRateLimit(ctx context.Context, req *ratelimitv3.RateLimitReq
 		resp.DynamicMetadata = dynamicMetadata(req, b)
 	}
 	if s.headers != HeadersOff {
-		resp.ResponseHeadersToAdd = rateLimitHeaders(s.headers, resp.Statuses)
+		resp.ResponseHeadersToAdd = rateLimitHeaders(s.headers, &s.names, resp.Statuses)
 	}
 	label := req.Domain
 	if root == nil {

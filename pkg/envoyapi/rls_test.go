@@ -319,6 +319,17 @@ func TestResponseHeaders(t *testing.T) {
 	if got["x-ratelimit-limit"] != "1" || got["x-ratelimit-remaining"] != "0" || got["x-ratelimit-reset"] != "1" {
 		t.Fatalf("headers %v", got)
 	}
+	// Named as envoyproxy/ratelimit's LIMIT_*_HEADER variables name them.
+	r = newRig(t, envoyapi.WithResponseHeaders(envoyapi.HeadersDraft),
+		envoyapi.WithHeaderNames("RateLimit-Limit", "RateLimit-Remaining", "RateLimit-Reset"))
+	resp = r.call("api", 0, desc("api_key", "k"))
+	clear(got)
+	for _, h := range resp.ResponseHeadersToAdd {
+		got[h.Key] = h.Value
+	}
+	if len(got) != 3 || got["RateLimit-Limit"] != "3" || got["RateLimit-Remaining"] != "2" || got["RateLimit-Reset"] != "60" {
+		t.Fatalf("named headers %v", got)
+	}
 	r = newRig(t, envoyapi.WithResponseHeaders(envoyapi.HeadersIETF))
 	resp = r.call("api", 0, desc("api_key", "k"))
 	var all []string
