@@ -1,0 +1,180 @@
+package limiter
+
+import "time"
+
+// Waiting on the store: a request that found no credit waits for a sync
+// round, or past its StoreTimeout for the other replicas to release what
+// they hold of a contended key; the rounds serve the waiters.
+
+// wait registers a request that found no credit, asks for a sync and waits
+// at most the rule's StoreTimeout. Past it the request is an overrun: it is
+// admitted from the credit the hot path holds back (a quarter of the last
+// grant), which the reservation covers; failing that, while the store is
+// usually fast, on the last view within this replica's share of it; else
+// it is denied.
+func (l *Limiter) wait(cs *creditState, rule *Rule, n int64, now int64) Result {
+	w := &waiter{n: n, done: make(chan bool, 1)}
+	cold := cs.view.Load() == nil
+	cs.mu.Lock()
+	cs.waiters = append(cs.waiters, w)
+	cs.waiting += uint64(n)
+	cs.mu.Unlock()
+	if cs.kicked.CompareAndSwap(false, true) {
+		l.enqueue(cs)
+	}
+	l.kick()
+	t := time.NewTimer(rule.Tuning.storeTimeout())
+	defer t.Stop()
+	last := now + int64(rule.Tuning.storeTimeout()+contentionWait)
+	for {
+		select {
+		case ok := <-w.done:
+			return l.afterWait(cs, ok, n, cold)
+		case <-t.C:
+		}
+		// Past StoreTimeout, a waiter on a key the store published as
+		// contended waits on for the other replicas to release their
+		// shares: the window is not full, only held. Not on a store too
+		// slow for the releases and the next round to come in time.
+		now := l.now()
+		until := min(cs.releasing.Load(), last)
+		if until <= now || !l.fastStore() {
+			break
+		}
+		t.Reset(time.Duration(until - now))
+	}
+	if ok, served := cs.dropWaiter(w); served {
+		return l.afterWait(cs, ok, n, cold)
+	}
+	// The round is late (a slow store). The credit held back for this
+	// case pays, so the admit is still covered by this replica's
+	// reservation; without it the request is denied rather than decided
+	// on a view every other replica may be spending too.
+	now = l.now()
+	ok, wait := false, time.Duration(0)
+	if now < cs.backedTo.Load() {
+		if _, ok = cs.spendCredit(n, 0); ok {
+			l.count(ModeOverrun)
+		}
+	}
+	if !ok {
+		ok, wait = l.viewAdmits(cs, now, n)
+		if ok = ok && l.overrunOnView(cs, rule, n); ok {
+			cs.hits.Add(n)
+			l.count(ModeOverrun)
+		} else {
+			wait = max(wait, rule.Tuning.syncInterval())
+		}
+	}
+	var res Result
+	l.viewResult(&res, cs, now, ok, wait)
+	res.Mode = ModeOverrun
+	return res
+}
+
+// overrunOnView reports whether a timed-out waiter that no held-back
+// credit covers may be admitted on the last view, which the view says has
+// room: only while the store answers in time as a rule (a round that is
+// late now and then), and within this replica's share (1/N, once per
+// window) of what the view left free. A store that is slow as a rule gets
+// no such admits: every replica would spend the same free budget, which
+// the store keeps granting until the admits are pushed. Neither does a
+// key with static shares: a view does not show the shares of an epoch
+// that began after it.
+func (l *Limiter) overrunOnView(cs *creditState, rule *Rule, n int64) bool {
+	if cs.share != nil || !l.storeHealthy() || time.Duration(l.roundTrip.Load()) >= rule.Tuning.storeTimeout() {
+		return false
+	}
+	if cs.overrunLeft.Add(-n) < 0 {
+		cs.overrunLeft.Add(n)
+		return false
+	}
+	return true
+}
+
+// fastStore reports a store known to answer fast enough for a release
+// and a round to fit in contentionWait: its smoothed round trip and its
+// largest recent one (twice clockErr) both well within it.
+func (l *Limiter) fastStore() bool {
+	rt := max(time.Duration(l.roundTrip.Load()), 2*time.Duration(l.clockErr.Load()))
+	return l.lastOK.Load() != 0 && 3*rt < contentionWait
+}
+
+func (l *Limiter) afterWait(cs *creditState, ok bool, n int64, cold bool) Result {
+	now := l.now()
+	mode := ModeSync
+	if cold {
+		mode = ModeCold
+	}
+	l.count(mode)
+	var wait time.Duration
+	if !ok {
+		_, wait = l.viewAdmits(cs, now, n)
+	}
+	var res Result
+	l.viewResult(&res, cs, now, ok, wait)
+	res.Mode = mode
+	return res
+}
+
+// dropWaiter removes w after its timeout; served reports that a sync
+// decided it meanwhile, with ok its answer.
+func (cs *creditState) dropWaiter(w *waiter) (ok, served bool) {
+	cs.mu.Lock()
+	defer cs.mu.Unlock()
+	for i, x := range cs.waiters {
+		if x == w {
+			cs.waiters = append(cs.waiters[:i], cs.waiters[i+1:]...)
+			cs.waiting -= uint64(w.n)
+			return false, false
+		}
+	}
+	select {
+	case ok = <-w.done:
+		return ok, true
+	default:
+		return false, false
+	}
+}
+
+// serveFromShare admits the waiters the key's static share now holds
+// units for: those that arrived in an epoch whose share was spent or not
+// held, or too near its end to use it, still waiting when the next epoch
+// began. Asking the store for them would find the budget held by the
+// shares, this replica's among them, and make the others release theirs.
+// cs.mu must be held.
+func (cs *creditState) serveFromShare(l *Limiter, now int64) {
+	if cs.share == nil || len(cs.waiters) == 0 {
+		return
+	}
+	cs.serveWith(func(n int64) bool {
+		ok, _ := l.spendShare(cs, n, now, false)
+		return ok
+	})
+}
+
+// serveWaiters hands fresh credit to the waiters in arrival order; those it
+// cannot serve are denied when the view says they cannot fit soon. cs.mu
+// must be held.
+func (cs *creditState) serveWaiters() {
+	cs.serveWith(func(n int64) bool {
+		_, ok := cs.spendCredit(n, 0)
+		return ok
+	})
+}
+
+// serveWith admits, in arrival order, the waiters admit lets through;
+// the others keep waiting. cs.mu must be held.
+func (cs *creditState) serveWith(admit func(n int64) bool) {
+	kept := cs.waiters[:0]
+	for _, w := range cs.waiters {
+		if admit(w.n) {
+			cs.waiting -= uint64(w.n)
+			w.done <- true
+			continue
+		}
+		kept = append(kept, w)
+	}
+	clear(cs.waiters[len(kept):])
+	cs.waiters = kept
+}
