@@ -31,7 +31,9 @@ type costCase struct {
 }
 
 func costCases() []costCase {
-	lease := 3 * time.Second
+	// A lease longer than a measurement, so that no key's record lapses
+	// between its calls (under callgrind, a case takes seconds).
+	lease := time.Minute
 	fixed := func(now int64) limiter.SyncItem {
 		return limiter.SyncItem{Windows: []limiter.Window{{Limit: 100000, Period: time.Hour}}, Want: 10,
 			Replicas: costReplicas, Lease: lease, Hits: []limiter.Hit{{At: now, N: 1}}}
@@ -119,29 +121,55 @@ return 0`
 
 // TestMeasureScriptCost measures what a rate script call costs Redis, by
 // Redis's own accounting (INFO commandstats, INFO cpu), for each kind of
-// item and each part of the script. Run with RLS_MEASURE=1 and -v; it
-// asserts that every call was applied and every reply of the rate script
-// reads as a sync result.
+// item and each part of the script; with RLS_MEASURE_CALLGRIND=1, in
+// instructions instead (scriptcost_callgrind_test.go); with
+// RLS_MEASURE_BASELINE, beside another revision's script. Run with
+// RLS_MEASURE=1 and -v; it asserts that every call was applied and every
+// reply of the rate script reads as a sync result.
 func TestMeasureScriptCost(t *testing.T) {
 	if os.Getenv("RLS_MEASURE") != "1" {
 		t.Skip("a measurement: set RLS_MEASURE=1 to run it")
 	}
-	c := redistest.Start(t).Client(t)
+	var cg *callgrind
+	var c *redis.Client
+	unit := "µs"
+	if os.Getenv("RLS_MEASURE_CALLGRIND") == "1" {
+		cg, c = startCallgrind(t)
+		unit = "k instructions"
+	} else {
+		c = redistest.Start(t).Client(t)
+	}
 	variants := costVariants(t)
-	t.Log("| item | keys a call | " + strings.Join(variantNames(variants), " | ") + " | per key (rate.lua) | Redis CPU per key |")
-	t.Log("|---" + strings.Repeat("|---", len(variants)+3) + "|")
+	if base, ok := costBaseline(t); ok {
+		variants = append(variants, base)
+	}
+	head := "| item | keys a call | " + strings.Join(variantNames(variants), " | ") + " | rate.lua per key"
+	if cg == nil {
+		head += " | Redis CPU per key (µs)"
+	}
+	t.Logf("%s per call:", unit)
+	t.Log(head + " |")
+	t.Log("|---" + strings.Repeat("|---", strings.Count(head, "|")-1) + "|")
 	for i, cc := range costCases() {
 		calls := costCalls(t, c, fmt.Sprint("cost", i), cc)
 		row := []string{cc.name, fmt.Sprint(cc.keys)}
 		var full, cpu float64
 		for _, v := range variants {
-			us, cpuUs := costRun(t, c, v, calls, costReps)
-			row = append(row, fmt.Sprintf("%.1f", us))
+			var x, cpuUs float64
+			if cg != nil {
+				x = costCount(t, cg, c, v, calls[:min(len(calls), callgrindCalls)])
+			} else {
+				x, cpuUs = costRun(t, c, v, calls, costReps)
+			}
+			row = append(row, fmt.Sprintf("%.1f", x))
 			if v.name == "rate.lua" {
-				full, cpu = us, cpuUs
+				full, cpu = x, cpuUs
 			}
 		}
-		row = append(row, fmt.Sprintf("%.2f", full/float64(cc.keys)), fmt.Sprintf("%.2f", cpu/float64(cc.keys)))
+		row = append(row, fmt.Sprintf("%.1f", full/float64(cc.keys)))
+		if cg == nil {
+			row = append(row, fmt.Sprintf("%.1f", cpu/float64(cc.keys)))
+		}
 		t.Log("| " + strings.Join(row, " | ") + " |")
 	}
 }
@@ -149,7 +177,7 @@ func TestMeasureScriptCost(t *testing.T) {
 func variantNames(vs []costVariant) []string {
 	var names []string
 	for _, v := range vs {
-		names = append(names, v.name+" µs/call")
+		names = append(names, v.name)
 	}
 	return names
 }
