@@ -171,8 +171,8 @@ func costCount(t *testing.T, cg *callgrind, c *redis.Client, v costVariant, call
 }
 
 // costBaseline is, with RLS_MEASURE_BASELINE set to a folder holding
-// another revision's lib.lua and rate.lua, that rate script, measured
-// beside this one.
+// another revision's lib.lua, record.lua (if it has one) and rate.lua,
+// that rate script, measured beside this one.
 func costBaseline(t *testing.T) (costVariant, bool) {
 	dir := os.Getenv("RLS_MEASURE_BASELINE")
 	if dir == "" {
@@ -180,8 +180,12 @@ func costBaseline(t *testing.T) (costVariant, bool) {
 	}
 	lib, err1 := os.ReadFile(filepath.Join(dir, "lib.lua"))
 	rate, err2 := os.ReadFile(filepath.Join(dir, "rate.lua"))
-	if err := errors.Join(err1, err2); err != nil {
+	record, err3 := os.ReadFile(filepath.Join(dir, "record.lua"))
+	if errors.Is(err3, os.ErrNotExist) {
+		err3 = nil
+	}
+	if err := errors.Join(err1, err2, err3); err != nil {
 		t.Fatalf("RLS_MEASURE_BASELINE: %v", err)
 	}
-	return costVariant{name: "baseline rate.lua", src: string(lib) + string(rate)}, true
+	return costVariant{name: "baseline rate.lua", src: string(lib) + string(record) + string(rate)}, true
 }

@@ -93,7 +93,7 @@ func costVariants(t *testing.T) []costVariant {
 		t.Fatal("lib.lua: no replicate_commands line")
 	}
 	library := "#!lua name=rls_cost\nlocal main\nredis.register_function('" + costFunction + "', function(keys, args)\n" +
-		"if not main then main = (function()\n" + strings.Replace(libLua, replicate, "", 1) + defs +
+		"if not main then main = (function()\n" + strings.Replace(libLua, replicate, "", 1) + recordLua + defs +
 		"\nreturn main end)() end\nreturn main(keys, args)\nend)\n"
 	const commands = `
 local now = clock()
@@ -112,8 +112,8 @@ return 0`
 		{name: "EVALSHA of `return 0`", src: "return 0"},
 		{name: "+ lib.lua", src: libLua + "\nreturn 0"},
 		{name: "+ TIME", src: libLua + "\nlocal now = clock()\nreturn 0"},
-		{name: "+ rate.lua's definitions", src: libLua + defs + "\nlocal now = clock()\nreturn 0"},
-		{name: "rate.lua", src: libLua + rateLua},
+		{name: "+ rate.lua's definitions", src: libLua + recordLua + defs + "\nlocal now = clock()\nreturn 0"},
+		{name: "rate.lua", src: libLua + recordLua + rateLua},
 		{name: "TIME, HGETALL, HSET w x, PEXPIREAT", src: libLua + commands},
 		{name: "rate.lua as a function (FCALL)", src: library, function: true},
 	}

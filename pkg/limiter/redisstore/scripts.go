@@ -11,6 +11,8 @@ import (
 var (
 	//go:embed lua/lib.lua
 	libLua string
+	//go:embed lua/record.lua
+	recordLua string
 	//go:embed lua/rate.lua
 	rateLua string
 	//go:embed lua/slots.lua
@@ -21,9 +23,10 @@ var (
 	leaveLua string
 )
 
-// The scripts, each prefixed with the shared helpers.
+// The scripts, each prefixed with the shared helpers; the rate script's
+// first part, record.lua, reads and writes a key's record.
 var (
-	rateScript      = redis.NewScript(libLua + rateLua)
+	rateScript      = redis.NewScript(libLua + recordLua + rateLua)
 	slotsScript     = redis.NewScript(libLua + slotsLua)
 	heartbeatScript = redis.NewScript(libLua + heartbeatLua)
 	leaveScript     = redis.NewScript(libLua + leaveLua)

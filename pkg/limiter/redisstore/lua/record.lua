@@ -1,0 +1,326 @@
+-- record: the rate script's first part (rate.lua follows it): the
+-- call's state and the conversions of its arguments, the window maths of
+-- package limiter's WindowState, and the reading (load) and writing
+-- (save) of a key's record, whose layout rate.lua describes.
+
+local FIXED, SLIDING, BUCKET = 0, 1, 2
+
+-- GRACE (µs): Redis drops a record this long after the instant the
+-- reference store forgets it (its x), which the script checks itself. The
+-- script reads each key against the TIME it took at its start, a batch of
+-- keys (or the same key's earlier item) later; were Redis to drop the key
+-- at x exactly, a record the script still counts as live could be gone by
+-- the time it is read.
+local GRACE = 1000000
+
+-- The call's state, set by main: the store clock, the arguments, this
+-- replica's reservation and share fields; then the algorithm of the key
+-- being synced.
+local now, args, mine, myshare
+local alg
+
+-- num reads an argument, the common "0" and "1" without a conversion;
+-- num4 four in a row, in one call.
+local function num(i)
+  local v = args[i]
+  if v == '0' then return 0 elseif v == '1' then return 1 end
+  return tonumber(v)
+end
+
+-- The keys of one call share many strings: the arguments of a rule, and
+-- the reservations and window states one replica wrote in one call (one
+-- expiry, often one credit and one count). A call of several keys
+-- converts each distinct one once: seen maps a string to its number,
+-- seen_units and seen_exp a reservation to its parts, seen_w one
+-- window's state to {epoch, cur, prev, tat}; false for a call of one key.
+local seen, seen_units, seen_exp, seen_w
+
+-- tonum is tonumber, once per distinct string in a call.
+local function tonum(v)
+  if not seen then return tonumber(v) end
+  local n = seen[v]
+  if n == nil then
+    n = tonumber(v)
+    seen[v] = n
+  end
+  return n
+end
+
+local function num4(i)
+  local a, b, c, d = args[i], args[i + 1], args[i + 2], args[i + 3]
+  return a == '0' and 0 or a == '1' and 1 or tonum(a), b == '0' and 0 or b == '1' and 1 or tonum(b),
+    c == '0' and 0 or c == '1' and 1 or tonum(c), d == '0' and 0 or d == '1' and 1 or tonum(d)
+end
+
+-- reservation is parse_reservation, once per distinct string in a call.
+local function reservation(v)
+  if not seen then return parse_reservation(v) end
+  local e = seen_exp[v]
+  if e == nil then
+    local u
+    u, e = parse_reservation(v)
+    seen_units[v], seen_exp[v] = u, e
+    return u, e
+  end
+  return seen_units[v], e
+end
+
+-- window_state reads one window's state, "epoch cur prev tat" (nil if
+-- it is not one), parsed once per distinct string in a call.
+local function window_state(w)
+  local m = seen and seen_w[w]
+  if not m then
+    local e, c, p, t = match(w, '^(%-?%d+) (%d+) (%d+) (%-?%d+)$')
+    if not e then return nil end
+    -- cur and prev of a token bucket, tat of the others: "0".
+    e, c, p, t = tonumber(e), c == '0' and 0 or tonumber(c), p == '0' and 0 or tonumber(p), t == '0' and 0 or tonumber(t)
+    if not seen then return {epoch = e, cur = c, prev = p, tat = t} end
+    m = {e, c, p, t}
+    seen_w[w] = m
+  end
+  return {epoch = m[1], cur = m[2], prev = m[3], tat = m[4]}
+end
+
+-- del lists field among those save deletes.
+local function del(rec, f)
+  local d = rec.dels
+  if not d then
+    rec.dels = {f}
+  else
+    d[#d + 1] = f
+  end
+end
+
+-- NOSHARES is the share records of a key that has none, until one is
+-- added (charge_shares replaces it).
+local NOSHARES = {}
+
+-- WindowState.Roll; w.e is the window's epoch at now.
+local function roll(s, w)
+  local e = w.e
+  if e <= s.epoch then return end
+  if e == s.epoch + 1 then
+    s.prev = s.cur
+  else
+    s.prev = 0
+  end
+  s.cur = 0
+  s.epoch = e
+end
+
+-- interval: the token bucket's emission interval, rounded up.
+local function interval(w)
+  return idiv(w.p + w.limit - 1, w.limit)
+end
+
+-- WindowState.weightedPrev: prev·left/p rounded up; s rolled to now.
+local function weighted_prev(s, p)
+  if s.prev == 0 then return 0 end
+  local left = p - (now - s.epoch * p)
+  local q, r = muldiv(s.prev, left, p)
+  if r ~= 0 then q = q + 1 end
+  return q
+end
+
+-- WindowState.Remaining; s rolled to now.
+local function remaining(s, w)
+  if alg == BUCKET then
+    local t = interval(w)
+    local room = now + w.cap * t - max(s.tat, now)
+    if room <= 0 then return 0 end
+    return idiv(room, t)
+  elseif alg == SLIDING then
+    return satsub(w.limit, s.cur + weighted_prev(s, w.p))
+  end
+  return satsub(w.limit, s.cur)
+end
+
+-- WindowState.ChargeAt
+local function charge_at(s, w, at, n)
+  if alg == BUCKET then
+    if at > now then at = now end
+    s.tat = min(max(s.tat, at) + n * interval(w), MAXEXACT)
+    return
+  end
+  roll(s, w)
+  local e = w.e
+  if at < now then e = idiv(at, w.p) end
+  if e == s.epoch then
+    s.cur = satadd(s.cur, n)
+  elseif e == s.epoch - 1 then
+    s.prev = satadd(s.prev, n)
+  end
+end
+
+-- WindowState.Refund
+local function refund(s, w, n)
+  if alg == BUCKET then
+    s.tat = max(s.tat - n * interval(w), now)
+    return
+  end
+  roll(s, w)
+  s.cur = satsub(s.cur, n)
+end
+
+-- WindowState.FreshAt
+local function fresh_at(s, w)
+  if alg == BUCKET then
+    return s.tat
+  elseif alg == SLIDING then
+    return (s.epoch + 2) * w.p
+  end
+  return (s.epoch + 1) * w.p
+end
+
+-- parse_share splits a share record, "epoch cur prev tat released".
+local function parse_share(v)
+  local e, c, p, t, r = match(v, '^(%-?%d+) (%d+) (%d+) (%-?%d+) (%-?%d+)$')
+  return {s = {epoch = tonumber(e), cur = tonumber(c), prev = tonumber(p), tat = tonumber(t)},
+    rel = tonumber(r), stored = true}
+end
+
+-- load reads key's record for a rule of nw windows: its window states st
+-- (fresh ones if it expired or had other windows), this replica's
+-- reservation (own units, and owned: whether it has one), the sum of the
+-- others' live ones (others) and the latest expiry among them (last),
+-- when it stops counting as pressed (pressed, 0: never was), the share
+-- records (shares: field → {s = state, rel = released}, nshares of them)
+-- and the stored w and x (as a number; false: none), which save leaves
+-- in place if unchanged. Expired reservations are dropped (step 1 of
+-- KeyRecord.Sync): their fields are listed in dels (false: none), which
+-- save deletes.
+-- new_rec is an empty record, its table sized for every field load and
+-- sync set.
+local function new_rec()
+  return {own = 0, owned = false, others = 0, last = 0, pressed = 0, shares = NOSHARES, nshares = 0,
+    w = false, x = false, st = false, dels = false}
+end
+
+local function load(key, nw)
+  local flat = call('HGETALL', key)
+  local rec = new_rec()
+  local w, x
+  for i = 1, #flat, 2 do
+    local f = flat[i]
+    if f == 'w' then
+      w = flat[i + 1]
+    elseif f == 'x' then
+      x = flat[i + 1]
+    elseif f == 'p' then
+      rec.pressed = tonumber(flat[i + 1]) or 0
+    else
+      local kind = sub(f, 1, 2)
+      if kind == 'r:' then
+        local u, exp = reservation(flat[i + 1])
+        if exp <= now then
+          del(rec, f)
+        elseif f == mine then
+          rec.own, rec.owned = u, true
+        else
+          rec.others = satadd(rec.others, u)
+          rec.last = max(rec.last, exp)
+        end
+      elseif kind == 's:' then
+        if rec.shares == NOSHARES then rec.shares = {} end
+        rec.shares[f] = parse_share(flat[i + 1])
+        rec.nshares = rec.nshares + 1
+      end
+    end
+  end
+  x = x and tonum(x)
+  if x and x <= now then
+    call('DEL', key)
+    rec = new_rec()
+    w, x = nil, nil
+  end
+  rec.w, rec.x = w or false, x or false
+  local st, n = {}, 0
+  if w and nw == 1 then
+    local s = window_state(w)
+    if s then st, n = {s}, 1 end
+  elseif w then
+    for e, c, p, t in string.gmatch(w, '(%-?%d+) (%d+) (%d+) (%-?%d+)') do
+      n = n + 1
+      st[n] = {epoch = tonumber(e), cur = tonumber(c), prev = tonumber(p), tat = tonumber(t)}
+    end
+  end
+  if n ~= nw then
+    st = {}
+    for i = 1, nw do st[i] = {epoch = 0, cur = 0, prev = 0, tat = 0} end
+  end
+  rec.st = st
+  return rec
+end
+
+-- save writes the record: the windows st, this replica's reservation of
+-- credit until expires, when the key stops counting as pressed, the share
+-- records charged, and the record's expiry (KeyRecord.ExpiresAt, at least
+-- now + 1 as in memstore), all in one HSET after one HDEL of the fields
+-- dropped. The windows and the expiry are left out when they read as
+-- stored, and the key's TTL, set from the expiry, then stays too. It
+-- returns the reply: now, credit, others' reservations and shares held,
+-- pressed, expires, contended and the window states.
+local function save(key, rec, ws, credit, expires, oheld, contended)
+  local st, nw = rec.st, #ws
+  local s = st[1]
+  local out = {now, credit, rec.others, oheld, rec.pressed > now and 1 or 0, expires, contended and 1 or 0,
+    s.epoch, s.cur, s.prev, s.tat}
+  local x = rec.last
+  if credit > 0 then x = max(x, expires) end
+  x = max(x, fresh_at(s, ws[1]))
+  for i = 2, nw do
+    s = st[i]
+    x = max(x, fresh_at(s, ws[i]))
+    out[4 * i + 4], out[4 * i + 5], out[4 * i + 6], out[4 * i + 7] = s.epoch, s.cur, s.prev, s.tat
+  end
+  if nw == 1 then
+    for _, r in pairs(rec.shares) do
+      x = max(x, fresh_at(r.s, ws[1]), (r.rel + 1) * ws[1].p)
+    end
+  end
+  -- Past 2^53 the state is not one the maths produce; never let it wrap
+  -- into a past expiry.
+  x = min(max(x, now + 1), MAXEXACT)
+
+  local fields, n = {false, false, false, false, false, false}, 0
+  local enc
+  if nw == 1 then
+    s = st[1]
+    enc = format('%d %d %d %d', s.epoch, s.cur, s.prev, s.tat)
+  else
+    local parts = {}
+    for i = 1, nw do
+      local s = st[i]
+      parts[i] = format('%d %d %d %d', s.epoch, s.cur, s.prev, s.tat)
+    end
+    enc = concat(parts, ',')
+  end
+  if enc ~= rec.w then
+    fields[1], fields[2], n = 'w', enc, 2
+  end
+  if x ~= rec.x then
+    fields[n + 1], fields[n + 2], n = 'x', fmt(x), n + 2
+  end
+  if credit > 0 then
+    fields[n + 1], fields[n + 2], n = mine, format('%d %d', credit, expires), n + 2
+  end
+  for f, r in pairs(rec.shares) do
+    if r.dirty then
+      local s = r.s
+      fields[n + 1], fields[n + 2], n = f, format('%d %d %d %d %d', s.epoch, s.cur, s.prev, s.tat, r.rel), n + 2
+    end
+  end
+  if rec.pressed > now then -- a lapsed value left in place reads the same
+    fields[n + 1], fields[n + 2], n = 'p', fmt(rec.pressed), n + 2
+  end
+  if rec.dels then
+    call('HDEL', key, unpack(rec.dels))
+  end
+  if n > 0 then
+    call('HSET', key, unpack(fields, 1, n))
+  end
+  if x ~= rec.x then
+    call('PEXPIREAT', key, ceilms(x + GRACE))
+  end
+  return out
+end
