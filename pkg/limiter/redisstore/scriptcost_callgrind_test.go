@@ -137,22 +137,7 @@ func callgrindTotal(file string) (float64, error) {
 func costCount(t *testing.T, cg *callgrind, c *redis.Client, v costVariant, calls []call) float64 {
 	t.Helper()
 	ctx := context.Background()
-	if err := c.ScriptFlush(ctx).Err(); err != nil {
-		t.Fatal(err)
-	}
-	if err := c.FunctionFlush(ctx).Err(); err != nil {
-		t.Fatal(err)
-	}
-	var sha string
-	var err error
-	if v.function {
-		err = c.FunctionLoad(ctx, v.src).Err()
-	} else {
-		sha, err = c.ScriptLoad(ctx, v.src).Result()
-	}
-	if err != nil {
-		t.Fatalf("%s: %v", v.name, err)
-	}
+	sha := loadFresh(t, c, v)
 	run := func() {
 		pipe := c.Pipeline()
 		for _, cl := range calls {

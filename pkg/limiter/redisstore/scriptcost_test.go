@@ -236,23 +236,7 @@ func costRun(t *testing.T, c *redis.Client, v costVariant, calls []call, reps in
 	ctx := context.Background()
 	us, cpu = math.Inf(1), math.Inf(1)
 	for range reps {
-		// A fresh Lua state, so no run pays for another's garbage.
-		if err := c.ScriptFlush(ctx).Err(); err != nil {
-			t.Fatal(err)
-		}
-		if err := c.FunctionFlush(ctx).Err(); err != nil {
-			t.Fatal(err)
-		}
-		var sha string
-		var err error
-		if v.function {
-			err = c.FunctionLoad(ctx, v.src).Err()
-		} else {
-			sha, err = c.ScriptLoad(ctx, v.src).Result()
-		}
-		if err != nil {
-			t.Fatalf("%s: %v", v.name, err)
-		}
+		sha := loadFresh(t, c, v) // a fresh Lua state: no run pays for another's garbage
 		if err := c.ConfigResetStat(ctx).Err(); err != nil {
 			t.Fatal(err)
 		}
@@ -325,4 +309,28 @@ func costCPU(t *testing.T, c *redis.Client) float64 {
 		}
 	}
 	return sum
+}
+
+// loadFresh empties Redis's scripts and functions, so the Lua state is
+// new, and loads v: a function, or a script whose SHA it returns.
+func loadFresh(t *testing.T, c *redis.Client, v costVariant) string {
+	t.Helper()
+	ctx := context.Background()
+	if err := c.ScriptFlush(ctx).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.FunctionFlush(ctx).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if v.function {
+		if err := c.FunctionLoad(ctx, v.src).Err(); err != nil {
+			t.Fatalf("%s: %v", v.name, err)
+		}
+		return ""
+	}
+	sha, err := c.ScriptLoad(ctx, v.src).Result()
+	if err != nil {
+		t.Fatalf("%s: %v", v.name, err)
+	}
+	return sha
 }
