@@ -36,10 +36,20 @@ func (c *systemClock) anchor() {
 	c.offset.Store(t.UnixNano() - int64(t.Sub(c.start)))
 }
 
-// now is the decision instant in Unix ns.
-func (l *Limiter) now() int64 {
-	if l.sys != nil {
-		return l.sys.UnixNano()
-	}
-	return l.clock.Now().UnixNano()
+// clockSource is the Limiter's clock: the system clock, read as above,
+// unless WithClock replaced it.
+type clockSource struct {
+	clock Clock
+	sys   *systemClock // clock, unless WithClock replaced it
 }
+
+// now is the decision instant in Unix ns.
+func (c *clockSource) now() int64 {
+	if c.sys != nil {
+		return c.sys.UnixNano()
+	}
+	return c.clock.Now().UnixNano()
+}
+
+// now is the decision instant in Unix ns.
+func (l *Limiter) now() int64 { return l.clk.now() }

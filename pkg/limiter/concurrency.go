@@ -73,19 +73,25 @@ func (l *Limiter) Acquire(key string, max uint64) (*Slot, bool) {
 		s.held.Add(1)
 		return &Slot{s: s}, true
 	}
-	if l.store == nil {
+	if l.eng == nil {
 		return s.take(func() int64 { return int64(max) })
 	}
-	if l.degraded(&Rule{}, l.now()) {
+	return l.eng.acquire(s, max)
+}
+
+// acquire takes one of max slots of s cluster-wide: from this replica's
+// grant, else by asking the store for one more.
+func (e *engine) acquire(s *slots, max uint64) (*Slot, bool) {
+	if e.degraded(&Rule{}, e.now()) {
 		// Unreachable: each replica holds ⌈max/N⌉, also of a key it never
 		// had a grant for or had handed back.
-		n := uint64(l.replicas.Load())
+		n := uint64(e.replicas.Load())
 		return s.take(func() int64 { return int64((max + n - 1) / n) })
 	}
 	if slot, ok := s.take(s.granted.Load); ok {
 		return slot, true
 	}
-	return l.acquireShared(s)
+	return e.acquireShared(s)
 }
 
 // take holds one slot if, counting it, no more than limit() are held. The
@@ -101,7 +107,7 @@ func (s *slots) take(limit func() int64) (*Slot, bool) {
 
 // acquireShared asks the store for one more slot, bounded by the default
 // StoreTimeout, then tries again.
-func (l *Limiter) acquireShared(s *slots) (*Slot, bool) {
+func (e *engine) acquireShared(s *slots) (*Slot, bool) {
 	ctx, cancel := context.WithTimeout(context.Background(), Tuning{}.storeTimeout())
 	defer cancel()
 	select {
@@ -113,28 +119,28 @@ func (l *Limiter) acquireShared(s *slots) (*Slot, bool) {
 	if slot, ok := s.take(s.granted.Load); ok {
 		return slot, true // another caller's round brought a slot
 	}
-	if err := l.publishSlots(ctx, []*slots{s}, 1, false); err != nil {
-		l.log.Debug("asking for a slot failed", "key", s.key, "err", err)
+	if err := e.publishSlots(ctx, []*slots{s}, 1, false); err != nil {
+		e.log.Debug("asking for a slot failed", "key", s.key, "err", err)
 	}
 	return s.take(s.granted.Load)
 }
 
 // publishSlots publishes the given keys' claims plus want spare slots in
 // one store call and installs the grants. The caller holds each key's sem.
-func (l *Limiter) publishSlots(ctx context.Context, keys []*slots, want uint64, handBack bool) error {
+func (e *engine) publishSlots(ctx context.Context, keys []*slots, want uint64, handBack bool) error {
 	items := make([]SlotItem, len(keys))
 	for i, s := range keys {
 		items[i] = SlotItem{Key: s.key, Max: s.max.Load(), Held: uint64(s.claim(handBack)), Want: want, Lease: slotLease}
 	}
 	out := make([]SlotResult, len(items))
-	now := l.now()
+	now := e.now()
 	start := time.Now()
-	err := l.store.SyncSlots(ctx, l.replica, items, out)
-	l.observe(ctx, callSlots, start, err)
+	err := e.store.SyncSlots(ctx, e.replica, items, out)
+	e.observe(ctx, callSlots, start, err)
 	if err != nil {
 		return err
 	}
-	l.lastOK.Store(l.now())
+	e.lastOK.Store(e.now())
 	for i, s := range keys {
 		s.granted.Store(int64(out[i].Granted))
 		s.published.Store(now)
@@ -159,10 +165,10 @@ func (s *slots) claim(handBack bool) int64 {
 
 // slotRound renews the leases of keys with slots and hands idle spare
 // slots back; the sync loop calls it every tick.
-func (l *Limiter) slotRound(ctx context.Context) {
-	now := l.now()
+func (e *engine) slotRound(ctx context.Context) {
+	now := e.now()
 	var due []*slots
-	l.conc.keys.Range(func(_, v any) bool {
+	e.conc.keys.Range(func(_, v any) bool {
 		s := v.(*slots)
 		held, granted := s.held.Load(), s.granted.Load()
 		idleSpare := granted > held && now-s.lastUse.Load() > int64(slotRenew)
@@ -185,10 +191,10 @@ func (l *Limiter) slotRound(ctx context.Context) {
 	}()
 	rctx, cancel := context.WithTimeout(ctx, roundTimeout)
 	defer cancel()
-	if err := l.publishSlots(rctx, due, 0, true); err != nil {
-		l.storeFailed(err)
-		if l.degraded(&Rule{}, now) { // unreachable: each replica keeps ⌈max/N⌉
-			n := uint64(max(l.replicas.Load(), 1))
+	if err := e.publishSlots(rctx, due, 0, true); err != nil {
+		e.storeFailed(err)
+		if e.degraded(&Rule{}, now) { // unreachable: each replica keeps ⌈max/N⌉
+			n := uint64(max(e.replicas.Load(), 1))
 			for _, s := range due {
 				s.granted.Store(int64((s.max.Load() + n - 1) / n))
 			}
@@ -197,9 +203,9 @@ func (l *Limiter) slotRound(ctx context.Context) {
 }
 
 // slotKeys lists the concurrency keys this replica has published.
-func (l *Limiter) slotKeys() []string {
+func (e *engine) slotKeys() []string {
 	var keys []string
-	l.conc.keys.Range(func(k, _ any) bool {
+	e.conc.keys.Range(func(k, _ any) bool {
 		keys = append(keys, k.(string))
 		return true
 	})

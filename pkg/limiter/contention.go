@@ -19,18 +19,18 @@ type contention struct {
 
 // readContention reads the keys published since the last read; this
 // replica releases its share of each in the epoch it read it in.
-func (l *Limiter) readContention(ctx context.Context) {
+func (e *engine) readContention(ctx context.Context) {
 	ctx, cancel := context.WithTimeout(ctx, roundTimeout)
 	defer cancel()
-	cs, next, err := l.store.Contention(ctx, l.replica, l.contCursor)
+	cs, next, err := e.store.Contention(ctx, e.replica, e.contCursor)
 	if err != nil {
 		// Heartbeats and rounds say whether the store is reachable; a
 		// missed read delays releases by a read.
-		l.log.Debug("reading contention failed", "err", err)
+		e.log.Debug("reading contention failed", "err", err)
 		return
 	}
-	l.contCursor = next
-	l.contendAll(cs)
+	e.contCursor = next
+	e.contendAll(cs)
 }
 
 // feedWait is how long one wait on the contention feed lasts at most.
@@ -42,14 +42,14 @@ const feedWait = time.Second
 // wait would publish again, and the replicas would wake each other
 // with no end.) A failed read is tried again after a tick: the rounds
 // and heartbeats say whether the store is reachable.
-func (l *Limiter) followFeed(ctx context.Context, fw FeedWaiter) {
+func (e *engine) followFeed(ctx context.Context, fw FeedWaiter) {
 	cursor := ""
 	for ctx.Err() == nil {
 		rctx, cancel := context.WithTimeout(ctx, feedWait+roundTimeout)
-		cs, next, err := fw.WaitContention(rctx, l.replica, cursor, feedWait)
+		cs, next, err := fw.WaitContention(rctx, e.replica, cursor, feedWait)
 		cancel()
 		if err != nil {
-			l.log.Debug("waiting on the contention feed failed", "err", err)
+			e.log.Debug("waiting on the contention feed failed", "err", err)
 			t := time.NewTimer(tick)
 			select {
 			case <-ctx.Done():
@@ -59,31 +59,31 @@ func (l *Limiter) followFeed(ctx context.Context, fw FeedWaiter) {
 			continue
 		}
 		cursor = next
-		l.contendAll(cs)
+		e.contendAll(cs)
 	}
 }
 
 // contendAll notes the keys of cs as contended in the epoch this replica
 // reckons now.
-func (l *Limiter) contendAll(cs []Contended) {
-	snow := l.storeNow(l.now())
+func (e *engine) contendAll(cs []Contended) {
+	snow := e.storeNow(e.now())
 	for _, c := range cs {
 		if len(c.Windows) == 1 && c.Algorithm == FixedWindow && c.Windows[0].Period >= time.Microsecond {
-			l.contend(c, snow/int64(c.Windows[0].Period/time.Microsecond))
+			e.contend(c, snow/int64(c.Windows[0].Period/time.Microsecond))
 		}
 	}
 }
 
-func (l *Limiter) contend(c Contended, epoch int64) {
-	l.contMu.Lock()
-	defer l.contMu.Unlock()
-	x := l.contended[c.Key]
+func (e *engine) contend(c Contended, epoch int64) {
+	e.contMu.Lock()
+	defer e.contMu.Unlock()
+	x := e.contended[c.Key]
 	if x == nil {
-		if len(l.contended) >= maxContended {
+		if len(e.contended) >= maxContended {
 			return
 		}
 		x = &contention{rule: &Rule{Algorithm: c.Algorithm, Windows: c.Windows}}
-		l.contended[c.Key] = x
+		e.contended[c.Key] = x
 	}
 	x.epoch = max(x.epoch, epoch)
 	x.fresh = true
@@ -95,35 +95,35 @@ func (l *Limiter) contend(c Contended, epoch int64) {
 // for each time the key is read; it returns the release items of the
 // contended keys it does not hold. Keys are forgotten once that epoch is
 // over.
-func (l *Limiter) releases(now int64) []SyncItem {
-	l.contMu.Lock()
-	defer l.contMu.Unlock()
-	if len(l.contended) == 0 {
+func (e *engine) releases(now int64) []SyncItem {
+	e.contMu.Lock()
+	defer e.contMu.Unlock()
+	if len(e.contended) == 0 {
 		return nil
 	}
-	snow := l.storeNow(now)
+	snow := e.storeNow(now)
 	var items []SyncItem
-	for key, x := range l.contended {
+	for key, x := range e.contended {
 		p := int64(x.rule.Windows[0].Period / time.Microsecond)
 		epoch := snow / p
 		if epoch != x.epoch {
 			if epoch > x.epoch {
-				delete(l.contended, key)
+				delete(e.contended, key)
 			}
 			continue
 		}
-		if x.released == epoch || l.sharers(epoch*p, now) == 0 {
+		if x.released == epoch || e.sharers(epoch*p, now) == 0 {
 			continue // released, or no share of this epoch to release
 		}
-		if e := l.keys.get([]byte(key)); e != nil {
-			if cs := e.cs.Load(); cs != nil && cs.share != nil {
+		if ent := e.keys.get([]byte(key)); ent != nil {
+			if cs := ent.cs.Load(); cs != nil && cs.share != nil {
 				asked := cs.share.askRelease(epoch)
 				if x.fresh && cs.credit.Load() > 0 {
 					cs.yield.Store(true) // hand back the unused credit too
 					asked = true
 				}
 				if asked {
-					l.enqueue(cs)
+					e.enqueue(cs)
 				}
 				x.fresh = false
 				continue
@@ -131,17 +131,17 @@ func (l *Limiter) releases(now int64) []SyncItem {
 		}
 		x.released = epoch
 		items = append(items, SyncItem{Key: key, Algorithm: x.rule.Algorithm, Windows: x.rule.Windows,
-			Release: snow, Replicas: int(l.replicas.Load()), Lease: lease})
+			Release: snow, Replicas: int(e.replicas.Load()), Lease: lease})
 	}
 	return items
 }
 
 // unrelease forgets the releases of a failed round, to send them again.
-func (l *Limiter) unrelease(items []SyncItem) {
-	l.contMu.Lock()
-	defer l.contMu.Unlock()
+func (e *engine) unrelease(items []SyncItem) {
+	e.contMu.Lock()
+	defer e.contMu.Unlock()
 	for _, it := range items {
-		if x := l.contended[it.Key]; x != nil {
+		if x := e.contended[it.Key]; x != nil {
 			x.released = 0
 		}
 	}

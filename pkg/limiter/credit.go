@@ -7,10 +7,18 @@ import (
 	"time"
 )
 
-// creditState is one key's replica-side state in the credit engine. The
-// hot path touches only the atomics: an admission is one add on credit and
-// one on hits. mu guards the rest, which the sync loop and waiters use.
+// creditState is one key's replica-side state in the credit engine: its
+// lock-free half, which the hot path reads and writes (an admission is one
+// add on credit and one on hits), and the half mu guards, which the sync
+// loop and waiters use.
 type creditState struct {
+	creditAtomics
+	mu sync.Mutex
+	creditLocked
+}
+
+// creditAtomics is the lock-free half of a key's credit state.
+type creditAtomics struct {
 	// The hot path's fields fill the first cache line (the struct's size
 	// class, 320 bytes, keeps it 64-byte aligned); the view and the
 	// capacity start the second.
@@ -59,8 +67,10 @@ type creditState struct {
 	ent    *entry
 	active atomic.Bool
 	listed bool
+}
 
-	mu        sync.Mutex
+// creditLocked is the half of a key's credit state its mu guards.
+type creditLocked struct {
 	key       string
 	rule      *Rule
 	ws        []Window // rule.Windows with periods in µs, the store's unit
@@ -94,7 +104,7 @@ type waiter struct {
 
 // creditDecide decides one request of a shared rule. A dry run charges
 // nothing.
-func (l *Limiter) creditDecide(res *Result, cs *creditState, r *Request, hits uint64, now int64, dry bool) {
+func (e *engine) creditDecide(res *Result, cs *creditState, r *Request, hits uint64, now int64, dry bool) {
 	if now-cs.lastUse.Load() > int64(tick) { // one write per tick keeps the line shared
 		cs.lastUse.Store(now)
 	}
@@ -102,61 +112,61 @@ func (l *Limiter) creditDecide(res *Result, cs *creditState, r *Request, hits ui
 	switch {
 	case r.Op == Refund:
 		if cs.orphan.Load() {
-			cs = l.creditFor(r.Key, r.Rule, now)
+			cs = e.creditFor(r.Key, r.Rule, now)
 		}
 		if !dry {
-			l.refund(cs, n, now)
+			e.refund(cs, n, now)
 		}
-		l.viewResult(res, cs, now, true, 0)
+		e.viewResult(res, cs, now, true, 0)
 		return
 	case r.Op == Check:
 		n = 1
-		if cs.credit.Load() >= 1 && now < cs.backedTo.Load() || l.shareFits(cs, 1, now) {
-			l.viewResult(res, cs, now, true, 0)
+		if cs.credit.Load() >= 1 && now < cs.backedTo.Load() || e.shareFits(cs, 1, now) {
+			e.viewResult(res, cs, now, true, 0)
 			return
 		}
-		ok, wait := l.viewAdmits(cs, now, 1)
-		l.viewResult(res, cs, now, ok, wait)
+		ok, wait := e.viewAdmits(cs, now, 1)
+		e.viewResult(res, cs, now, ok, wait)
 		return
 	case dry:
-		ok, wait := l.viewAdmits(cs, now, n)
-		l.viewResult(res, cs, now, ok || (cs.credit.Load() >= n && now < cs.backedTo.Load()) || l.shareFits(cs, n, now), wait)
+		ok, wait := e.viewAdmits(cs, now, n)
+		e.viewResult(res, cs, now, ok || (cs.credit.Load() >= n && now < cs.backedTo.Load()) || e.shareFits(cs, n, now), wait)
 		return
 	}
 	if uint64(n) > cs.capacity {
-		l.viewResult(res, cs, now, false, Never)
+		e.viewResult(res, cs, now, false, Never)
 		return
 	}
-	if l.degraded(r.Rule, now) {
-		*res = l.degradedDecide(cs, r.Rule, n, now)
+	if e.degraded(r.Rule, now) {
+		*res = e.degradedDecide(cs, r.Rule, n, now)
 		return
 	}
-	if ok, at := l.spendShare(cs, n, now, false); ok {
-		l.viewResult(res, cs, now, true, 0)
+	if ok, at := e.spendShare(cs, n, now, false); ok {
+		e.viewResult(res, cs, now, true, 0)
 		return
 	} else if at > 0 && at-now <= int64(r.Rule.Tuning.storeTimeout()) {
 		// Within the clock's uncertainty of a boundary, which the store
 		// cannot help with, and the share of one of the two epochs is
 		// spent: wait until the epoch is known.
 		time.Sleep(time.Duration(at - now))
-		l.creditDecide(res, cs, r, hits, l.now(), dry)
+		e.creditDecide(res, cs, r, hits, e.now(), dry)
 		return
 	}
 	if now < cs.deniedTo.Load() {
 		cs.denied.Add(1)
-		_, wait := l.viewAdmits(cs, now, n)
-		l.viewResult(res, cs, now, false, wait)
+		_, wait := e.viewAdmits(cs, now, n)
+		e.viewResult(res, cs, now, false, wait)
 		return
 	}
-	if l.spend(cs, n, now) {
-		l.viewResult(res, cs, now, true, 0)
+	if e.spend(cs, n, now) {
+		e.viewResult(res, cs, now, true, 0)
 		return
 	}
 	if cs.orphan.Load() {
-		l.creditDecide(res, l.creditFor(r.Key, r.Rule, now), r, hits, now, dry)
+		e.creditDecide(res, e.creditFor(r.Key, r.Rule, now), r, hits, now, dry)
 		return
 	}
-	if *res = l.wait(cs, r.Rule, n, now); !res.Allowed {
+	if *res = e.wait(cs, r.Rule, n, now); !res.Allowed {
 		cs.denied.Add(1)
 	}
 }
@@ -164,7 +174,7 @@ func (l *Limiter) creditDecide(res *Result, cs *creditState, r *Request, hits ui
 // spend admits n units from the credit the reservation backs, leaving
 // the quarter of the last grant held back for late rounds; at half the
 // grant spent it asks for an early sync.
-func (l *Limiter) spend(cs *creditState, n, now int64) bool {
+func (e *engine) spend(cs *creditState, n, now int64) bool {
 	if now >= cs.backedTo.Load() {
 		return false
 	}
@@ -176,7 +186,7 @@ func (l *Limiter) spend(cs *creditState, n, now int64) bool {
 	if 2*c < g && cs.kicked.CompareAndSwap(false, true) {
 		// Early sync at half credit: due at the next tick, batched with
 		// the other keys; only waiters wake the loop at once.
-		l.enqueue(cs)
+		e.enqueue(cs)
 	}
 	return true
 }
@@ -184,10 +194,10 @@ func (l *Limiter) spend(cs *creditState, n, now int64) bool {
 // chargeDebt records the hits of a denied request of an AlwaysCharge
 // rule: pushed with the key's next round, they are charged past the
 // limit, a debt the window's later requests pay.
-func (l *Limiter) chargeDebt(r *Request, hits uint64, now int64) {
-	cs := l.creditFor(r.Key, r.Rule, now)
+func (e *engine) chargeDebt(r *Request, hits uint64, now int64) {
+	cs := e.creditFor(r.Key, r.Rule, now)
 	cs.hits.Add(int64(min(hits, math.MaxInt64/2)))
-	l.activate(cs)
+	e.activate(cs)
 }
 
 // spendCredit admits n units from the credit if at least floor remains
@@ -221,13 +231,13 @@ func (cs *creditState) take(n, floor int64) (int64, bool) {
 
 // refund takes n units back: first from the share hits not yet pushed,
 // then as credit (creditState.refund).
-func (l *Limiter) refund(cs *creditState, n, now int64) {
+func (e *engine) refund(cs *creditState, n, now int64) {
 	if cs.share != nil {
-		n -= cs.share.refundShare(cs.ws[0], cs.rule.Algorithm, n, l.storeNow(now))
+		n -= cs.share.refundShare(cs.ws[0], cs.rule.Algorithm, n, e.storeNow(now))
 	}
 	if n > 0 {
-		cs.refund(n, cs.refundable(l.storeNow(now)))
-		l.activate(cs) // a refund beyond the unpushed hits is pushed
+		cs.refund(n, cs.refundable(e.storeNow(now)))
+		e.activate(cs) // a refund beyond the unpushed hits is pushed
 	}
 }
 
@@ -277,11 +287,11 @@ func (cs *creditState) refund(n, limit int64) {
 // viewAdmits reports whether n more units fit in the last store view,
 // counting other replicas' reservations and the hits not yet pushed, and
 // otherwise how long until they would.
-func (l *Limiter) viewAdmits(cs *creditState, now int64, n int64) (bool, time.Duration) {
+func (e *engine) viewAdmits(cs *creditState, now int64, n int64) (bool, time.Duration) {
 	if cs.view.Load() == nil {
 		return false, cs.rule.Tuning.syncInterval()
 	}
-	wait := cs.viewWait(l.storeNow(now), n)
+	wait := cs.viewWait(e.storeNow(now), n)
 	return wait == 0, wait
 }
 

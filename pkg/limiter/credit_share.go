@@ -78,8 +78,8 @@ type memberView struct {
 
 // sharerCount is n for an epoch that began at start (store µs), from the
 // registry as last heard: what a sync tells the store to count.
-func (l *Limiter) sharerCount(start int64) int {
-	mv := l.members.Load()
+func (e *engine) sharerCount(start int64) int {
+	mv := e.members.Load()
 	if mv == nil {
 		return 0
 	}
@@ -89,21 +89,21 @@ func (l *Limiter) sharerCount(start int64) int {
 // sharers is n for an epoch that began at start if this replica holds a
 // share of it, else 0. It holds none while its copy of the registry is
 // too old for every replica to count the same n.
-func (l *Limiter) sharers(start, now int64) int {
-	if j := l.joined.Load(); j == 0 || j+int64(lease/time.Microsecond) > start {
+func (e *engine) sharers(start, now int64) int {
+	if j := e.joined.Load(); j == 0 || j+int64(lease/time.Microsecond) > start {
 		return 0
 	}
-	if mv := l.members.Load(); mv == nil || now-mv.at > int64(lease-heartbeatEvery) {
+	if mv := e.members.Load(); mv == nil || now-mv.at > int64(lease-heartbeatEvery) {
 		return 0
 	}
-	return l.sharerCount(start)
+	return e.sharerCount(start)
 }
 
 // spendShare admits n units from key cs's static share; a dry run only
 // reports whether they fit. Too near an epoch's boundary to know which
 // epoch the store would count the units in, it admits nothing and says
 // when it will know (local ns; zero otherwise).
-func (l *Limiter) spendShare(cs *creditState, n, now int64, dry bool) (bool, int64) {
+func (e *engine) spendShare(cs *creditState, n, now int64, dry bool) (bool, int64) {
 	sh := cs.share
 	if sh == nil || now < sh.none.Load() {
 		return false, 0
@@ -113,36 +113,36 @@ func (l *Limiter) spendShare(cs *creditState, n, now int64, dry bool) (bool, int
 	if cs.orphan.Load() {
 		return false, 0 // swept: the key's new state holds its share
 	}
-	snow := l.storeNow(now)
+	snow := e.storeNow(now)
 	w := cs.ws[0]
 	p := int64(w.Period)
-	e := snow / p
-	if slack := l.clockErr.Load()/1000 + 1; (snow-slack)/p != e || (snow+slack)/p != e {
-		if l.spendAcross(cs, n, now, snow, (snow+slack)/p, dry) {
+	ep := snow / p
+	if slack := e.clockErr.Load()/1000 + 1; (snow-slack)/p != ep || (snow+slack)/p != ep {
+		if e.spendAcross(cs, n, now, snow, (snow+slack)/p, dry) {
 			return true, 0
 		}
 		return false, now + ((snow+slack)/p*p+slack-snow)*1000
 	}
-	if e != sh.epoch {
-		sh.epoch, sh.sharers = e, l.sharers(e*p, now)
+	if ep != sh.epoch {
+		sh.epoch, sh.sharers = ep, e.sharers(ep*p, now)
 		sh.size = 0
 		if sh.sharers > 0 {
 			sh.size = ShareSize(w, cs.rule.Tuning.share(), sh.sharers)
 		}
 	}
 	size := sh.size
-	if sh.released >= e {
+	if sh.released >= ep {
 		size = 0
 	}
 	if size == 0 {
-		sh.none.Store(l.localOf((e + 1) * p))
+		sh.none.Store(e.localOf((ep + 1) * p))
 		return false, 0
 	}
 	sw := Window{Limit: size, Period: w.Period}
 	sh.roll(sw, snow)
 	if sh.state.Wait(sw, cs.rule.Algorithm, snow, uint64(n)) != 0 {
 		if cs.rule.Algorithm == FixedWindow && sh.state.Remaining(sw, FixedWindow, snow) == 0 {
-			sh.none.Store(l.localOf((e + 1) * p))
+			sh.none.Store(e.localOf((ep + 1) * p))
 		}
 		return false, 0
 	}
@@ -150,7 +150,7 @@ func (l *Limiter) spendShare(cs *creditState, n, now int64, dry bool) (bool, int
 		return true, 0
 	}
 	sh.state.Charge(sw, cs.rule.Algorithm, snow, uint64(n))
-	if k := len(sh.pending) - 1; k >= 0 && sh.pending[k].At/p == e {
+	if k := len(sh.pending) - 1; k >= 0 && sh.pending[k].At/p == ep {
 		sh.pending[k] = Hit{At: snow, N: sh.pending[k].N + n}
 	} else {
 		sh.pending = append(sh.pending, Hit{At: snow, N: n})
@@ -160,7 +160,7 @@ func (l *Limiter) spendShare(cs *creditState, n, now int64, dry bool) (bool, int
 		cs.kicked.CompareAndSwap(false, true) {
 		// Nearly spent: credit beyond the share is asked for ahead of the
 		// request that needs it, as at half credit.
-		l.enqueue(cs)
+		e.enqueue(cs)
 	}
 	return true, 0
 }
@@ -180,8 +180,8 @@ func (sh *shareState) spentElsewhere(ws []Window, n, snow int64) {
 }
 
 // shareFits reports whether n units fit in key cs's static share now.
-func (l *Limiter) shareFits(cs *creditState, n, now int64) bool {
-	ok, _ := l.spendShare(cs, n, now, true)
+func (e *engine) shareFits(cs *creditState, n, now int64) bool {
+	ok, _ := e.spendShare(cs, n, now, true)
 	return ok
 }
 
@@ -306,8 +306,8 @@ func (cs *creditState) stillUsed(now int64) (bool, int64) {
 // dropShares forgets every key's share of the current epochs after this
 // replica joined the registry again (its lease had ended): it holds no
 // share until it is counted again.
-func (l *Limiter) dropShares() {
-	l.keys.eachCredit(func(_ *entry, cs *creditState) {
+func (e *engine) dropShares() {
+	e.keys.eachCredit(func(_ *entry, cs *creditState) {
 		if sh := cs.share; sh != nil {
 			sh.mu.Lock()
 			sh.epoch = -1 // size and sharers are reckoned again
@@ -318,19 +318,19 @@ func (l *Limiter) dropShares() {
 }
 
 // localOf converts a store instant (µs) to local ns.
-func (l *Limiter) localOf(storeUs int64) int64 { return (storeUs - l.offset.Load()) * 1000 }
+func (e *engine) localOf(storeUs int64) int64 { return (storeUs - e.offset.Load()) * 1000 }
 
 // newShare is the share state of a new key of rule, contended already if
 // the key is.
-func (l *Limiter) newShare(key string, rule *Rule) *shareState {
+func (e *engine) newShare(key string, rule *Rule) *shareState {
 	if !shareable(rule) {
 		return nil
 	}
 	sh := &shareState{}
-	l.contMu.Lock()
-	if x := l.contended[key]; x != nil {
+	e.contMu.Lock()
+	if x := e.contended[key]; x != nil {
 		sh.released = x.released // a bare release of this epoch went out
 	}
-	l.contMu.Unlock()
+	e.contMu.Unlock()
 	return sh
 }

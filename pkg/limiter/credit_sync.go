@@ -52,13 +52,13 @@ func (cs *creditState) needsSync() bool {
 }
 
 // prepare takes the key's pending hits and builds its item.
-func (l *Limiter) prepare(cs *creditState, now int64) SyncItem {
+func (e *engine) prepare(cs *creditState, now int64) SyncItem {
 	cs.mu.Lock()
 	defer cs.mu.Unlock()
-	cs.serveFromShare(l, now)
+	cs.serveFromShare(e, now)
 	cs.inflight, cs.sentAt, cs.asked, cs.collected = true, now, cs.waiting, false
 	cs.kicked.Store(false)
-	snow := l.storeNow(now)
+	snow := e.storeNow(now)
 	want := cs.want(now, snow, max(cs.hits.Load(), 0)+cs.share.pendingUnits())
 	if len(cs.waiters) == 0 && cs.share.ample(cs.ws[0], snow) {
 		want = 0 // the share has room: no credit beside it
@@ -76,15 +76,15 @@ func (l *Limiter) prepare(cs *creditState, now int64) SyncItem {
 	cs.unused, h = cs.settle()
 	it := SyncItem{
 		Key: cs.key, Algorithm: cs.rule.Algorithm, Windows: cs.rule.Windows,
-		Unused: uint64(cs.unused), Want: want, Waiting: cs.waitingFor(l, now), Denied: uint64(cs.denied.Swap(0)),
-		Share: cs.rule.Tuning.share(), Replicas: int(l.replicas.Load()), Lease: lease,
+		Unused: uint64(cs.unused), Want: want, Waiting: cs.waitingFor(e, now), Denied: uint64(cs.denied.Swap(0)),
+		Share: cs.rule.Tuning.share(), Replicas: int(e.replicas.Load()), Lease: lease,
 	}
 	it.Hits = cs.pushHits(h, snow)
 	if cs.share != nil {
 		p := int64(cs.ws[0].Period)
-		cs.share.takeShare(&it, snow, cs.ws[0], l.sharers(snow/p*p, now) > 0)
+		cs.share.takeShare(&it, snow, cs.ws[0], e.sharers(snow/p*p, now) > 0)
 		it.ShareEpoch = snow / p
-		it.Sharers, it.SharersNext = l.sharerCount(it.ShareEpoch*p), l.sharerCount((it.ShareEpoch+1)*p)
+		it.Sharers, it.SharersNext = e.sharerCount(it.ShareEpoch*p), e.sharerCount((it.ShareEpoch+1)*p)
 	}
 	return it
 }
@@ -96,9 +96,9 @@ func (l *Limiter) prepare(cs *creditState, now int64) SyncItem {
 // this replica, would see them as pressing for the other replicas'
 // shares, and have those released for the rest of the epoch. cs.mu must
 // be held.
-func (cs *creditState) waitingFor(l *Limiter, now int64) uint64 {
+func (cs *creditState) waitingFor(e *engine, now int64) uint64 {
 	if cs.waiting > 0 && cs.share != nil {
-		if _, at := l.spendShare(cs, 1, now, true); at > 0 {
+		if _, at := e.spendShare(cs, 1, now, true); at > 0 {
 			return 0
 		}
 	}
@@ -214,16 +214,16 @@ func (cs *creditState) abort(it SyncItem) {
 // apply installs a store reply: the credit (minus what was admitted while
 // the round was in flight), the view, the waiters served, the next due
 // time and, for an exhausted key, a local denial window.
-func (l *Limiter) apply(cs *creditState, r *SyncResult) {
+func (e *engine) apply(cs *creditState, r *SyncResult) {
 	cs.mu.Lock()
 	defer cs.mu.Unlock()
-	now := l.now()
+	now := e.now()
 	cs.credit.Add(int64(r.Credit) - cs.unused)
 	cs.grant.Store(int64(r.Credit))
 	backed := cs.sentAt + int64(lease) - int64(cs.rule.Tuning.syncInterval())
 	if r.Expires > 0 {
 		// Credit from shares released in this epoch lapses at its end.
-		backed = min(backed, l.localOf(r.Expires)-max(int64(boundaryLead), 2*l.clockErr.Load()))
+		backed = min(backed, e.localOf(r.Expires)-max(int64(boundaryLead), 2*e.clockErr.Load()))
 	}
 	cs.backedTo.Store(backed)
 	cs.view.Store(newView(r.Windows, r.Others, r.Held))
@@ -233,11 +233,11 @@ func (l *Limiter) apply(cs *creditState, r *SyncResult) {
 		// end, on a slow store) serves nobody.
 		cs.serveWaiters()
 	}
-	cs.serveFromShare(l, now)
-	cs.refreshOverrun(l, now)
-	snow := l.storeNow(now)
+	cs.serveFromShare(e, now)
+	cs.refreshOverrun(e, now)
+	snow := e.storeNow(now)
 	cs.busy = len(cs.waiters) > 0 || cs.halfUsed(snow, false)
-	cs.tight = cs.busy || cs.halfUsed(snow, true) && l.replicas.Load() > 1
+	cs.tight = cs.busy || cs.halfUsed(snow, true) && e.replicas.Load() > 1
 	interval := quietInterval
 	if cs.busy {
 		interval = cs.rule.Tuning.syncInterval()
@@ -248,7 +248,7 @@ func (l *Limiter) apply(cs *creditState, r *SyncResult) {
 		// without credit asks again once the view says one is free, not a
 		// whole interval later, when its next request would wait.
 		interval = min(interval, max(cs.viewWait(snow, 1), tick))
-		l.enqueue(cs)
+		e.enqueue(cs)
 	}
 	if r.Contended {
 		// Other replicas release their shares once they read the key
@@ -257,14 +257,14 @@ func (l *Limiter) apply(cs *creditState, r *SyncResult) {
 		cs.releasing.Store(now + int64(contentionWait))
 		interval = min(interval, tick)
 		cs.refill = true
-		l.enqueue(cs)
+		e.enqueue(cs)
 	}
 	cs.nextSync = now + int64(interval)
 	if len(cs.waiters) > 0 {
-		cs.settleWaiters(l, now, r.Contended, now < backed)
+		cs.settleWaiters(e, now, r.Contended, now < backed)
 	}
 	if cs.kicked.Load() || len(cs.waiters) > 0 {
-		l.enqueue(cs) // asked again while the round was in flight
+		e.enqueue(cs) // asked again while the round was in flight
 	}
 }
 
@@ -293,8 +293,8 @@ func (cs *creditState) halfUsed(snow int64, reserved bool) bool {
 // another round: at once, unless the reply's credit had lapsed or the
 // shares they need are held, when they wait for the next tick, and for
 // the release (releasing) past their StoreTimeout. cs.mu must be held.
-func (cs *creditState) settleWaiters(l *Limiter, now int64, contended, usable bool) {
-	snow := l.storeNow(now)
+func (cs *creditState) settleWaiters(e *engine, now int64, contended, usable bool) {
+	snow := e.storeNow(now)
 	kept := cs.waiters[:0]
 	for _, w := range cs.waiters {
 		if cs.releasedWait(snow, w.n) > 0 {
@@ -321,7 +321,7 @@ func (cs *creditState) settleWaiters(l *Limiter, now int64, contended, usable bo
 		cs.releasing.Store(max(cs.releasing.Load(), now+int64(contentionWait)))
 	}
 	if usable && !contended && !held {
-		l.kick()
+		e.kick()
 	}
 }
 
@@ -346,9 +346,9 @@ func (cs *creditState) snapshotBoundary(snow int64) {
 // in a new window, never more than what is left of the window's share
 // within one, since overruns not yet pushed are missing from every view.
 // cs.mu must be held.
-func (cs *creditState) refreshOverrun(l *Limiter, now int64) {
-	share := cs.overrunShare(l, now)
-	snow := l.storeNow(now)
+func (cs *creditState) refreshOverrun(e *engine, now int64) {
+	share := cs.overrunShare(e, now)
+	snow := e.storeNow(now)
 	epoch := snow / int64(cs.ws[0].Period)
 	if epoch == cs.overrunEpoch {
 		share = min(share, cs.overrunLeft.Load())
@@ -360,13 +360,13 @@ func (cs *creditState) refreshOverrun(l *Limiter, now int64) {
 // overrunShare is this replica's share (1/N) of what the view leaves free
 // after the other replicas' reservations, the hits not yet pushed and its
 // own credit. cs.mu must be held.
-func (cs *creditState) overrunShare(l *Limiter, now int64) int64 {
+func (cs *creditState) overrunShare(e *engine, now int64) int64 {
 	v := cs.view.Load()
-	snow := l.storeNow(now)
+	snow := e.storeNow(now)
 	free := uint64(math.MaxUint64)
 	for i, w := range cs.ws {
 		free = min(free, satSub(v.windows[i].Remaining(w, cs.rule.Algorithm, snow), v.others))
 	}
 	held := max(cs.hits.Load(), 0) + max(cs.credit.Load(), 0)
-	return max(int64(min(free, math.MaxInt64/2))-held, 0) / max(l.replicas.Load(), 1)
+	return max(int64(min(free, math.MaxInt64/2))-held, 0) / max(e.replicas.Load(), 1)
 }

@@ -77,8 +77,8 @@ func (cs *creditState) summaryAt(v *storeView, snow int64) *viewSummary {
 // every field but Mode, which it clears. Results are written in place:
 // Result is too large to travel in registers, and copies cost the hot path
 // more than the description.
-func (l *Limiter) viewResult(res *Result, cs *creditState, now int64, ok bool, wait time.Duration) {
-	snow := l.storeNow(now)
+func (e *engine) viewResult(res *Result, cs *creditState, now int64, ok bool, wait time.Duration) {
+	snow := e.storeNow(now)
 	v := cs.view.Load()
 	hits := uint64(max(cs.hits.Load(), 0) + cs.share.pendingUnits())
 	res.Allowed, res.RetryAfter, res.Mode = ok, 0, ModeLocal

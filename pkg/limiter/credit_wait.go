@@ -12,7 +12,7 @@ import "time"
 // grant), which the reservation covers; failing that, while the store is
 // usually fast, on the last view within this replica's share of it; else
 // it is denied.
-func (l *Limiter) wait(cs *creditState, rule *Rule, n int64, now int64) Result {
+func (e *engine) wait(cs *creditState, rule *Rule, n int64, now int64) Result {
 	w := &waiter{n: n, done: make(chan bool, 1)}
 	cold := cs.view.Load() == nil
 	cs.mu.Lock()
@@ -20,54 +20,54 @@ func (l *Limiter) wait(cs *creditState, rule *Rule, n int64, now int64) Result {
 	cs.waiting += uint64(n)
 	cs.mu.Unlock()
 	if cs.kicked.CompareAndSwap(false, true) {
-		l.enqueue(cs)
+		e.enqueue(cs)
 	}
-	l.kick()
+	e.kick()
 	t := time.NewTimer(rule.Tuning.storeTimeout())
 	defer t.Stop()
 	last := now + int64(rule.Tuning.storeTimeout()+contentionWait)
 	for {
 		select {
 		case ok := <-w.done:
-			return l.afterWait(cs, ok, n, cold)
+			return e.afterWait(cs, ok, n, cold)
 		case <-t.C:
 		}
 		// Past StoreTimeout, a waiter on a key the store published as
 		// contended waits on for the other replicas to release their
 		// shares: the window is not full, only held. Not on a store too
 		// slow for the releases and the next round to come in time.
-		now := l.now()
+		now := e.now()
 		until := min(cs.releasing.Load(), last)
-		if until <= now || !l.fastStore() {
+		if until <= now || !e.fastStore() {
 			break
 		}
 		t.Reset(time.Duration(until - now))
 	}
 	if ok, served := cs.dropWaiter(w); served {
-		return l.afterWait(cs, ok, n, cold)
+		return e.afterWait(cs, ok, n, cold)
 	}
 	// The round is late (a slow store). The credit held back for this
 	// case pays, so the admit is still covered by this replica's
 	// reservation; without it the request is denied rather than decided
 	// on a view every other replica may be spending too.
-	now = l.now()
+	now = e.now()
 	ok, wait := false, time.Duration(0)
 	if now < cs.backedTo.Load() {
 		if _, ok = cs.spendCredit(n, 0); ok {
-			l.count(ModeOverrun)
+			e.count(ModeOverrun)
 		}
 	}
 	if !ok {
-		ok, wait = l.viewAdmits(cs, now, n)
-		if ok = ok && l.overrunOnView(cs, rule, n); ok {
+		ok, wait = e.viewAdmits(cs, now, n)
+		if ok = ok && e.overrunOnView(cs, rule, n); ok {
 			cs.hits.Add(n)
-			l.count(ModeOverrun)
+			e.count(ModeOverrun)
 		} else {
 			wait = max(wait, rule.Tuning.syncInterval())
 		}
 	}
 	var res Result
-	l.viewResult(&res, cs, now, ok, wait)
+	e.viewResult(&res, cs, now, ok, wait)
 	res.Mode = ModeOverrun
 	return res
 }
@@ -81,8 +81,8 @@ func (l *Limiter) wait(cs *creditState, rule *Rule, n int64, now int64) Result {
 // the store keeps granting until the admits are pushed. Neither does a
 // key with static shares: a view does not show the shares of an epoch
 // that began after it.
-func (l *Limiter) overrunOnView(cs *creditState, rule *Rule, n int64) bool {
-	if cs.share != nil || !l.storeHealthy() || time.Duration(l.roundTrip.Load()) >= rule.Tuning.storeTimeout() {
+func (e *engine) overrunOnView(cs *creditState, rule *Rule, n int64) bool {
+	if cs.share != nil || !e.storeHealthy() || time.Duration(e.roundTrip.Load()) >= rule.Tuning.storeTimeout() {
 		return false
 	}
 	if cs.overrunLeft.Add(-n) < 0 {
@@ -95,24 +95,24 @@ func (l *Limiter) overrunOnView(cs *creditState, rule *Rule, n int64) bool {
 // fastStore reports a store known to answer fast enough for a release
 // and a round to fit in contentionWait: its smoothed round trip and its
 // largest recent one (twice clockErr) both well within it.
-func (l *Limiter) fastStore() bool {
-	rt := max(time.Duration(l.roundTrip.Load()), 2*time.Duration(l.clockErr.Load()))
-	return l.lastOK.Load() != 0 && 3*rt < contentionWait
+func (e *engine) fastStore() bool {
+	rt := max(time.Duration(e.roundTrip.Load()), 2*time.Duration(e.clockErr.Load()))
+	return e.lastOK.Load() != 0 && 3*rt < contentionWait
 }
 
-func (l *Limiter) afterWait(cs *creditState, ok bool, n int64, cold bool) Result {
-	now := l.now()
+func (e *engine) afterWait(cs *creditState, ok bool, n int64, cold bool) Result {
+	now := e.now()
 	mode := ModeSync
 	if cold {
 		mode = ModeCold
 	}
-	l.count(mode)
+	e.count(mode)
 	var wait time.Duration
 	if !ok {
-		_, wait = l.viewAdmits(cs, now, n)
+		_, wait = e.viewAdmits(cs, now, n)
 	}
 	var res Result
-	l.viewResult(&res, cs, now, ok, wait)
+	e.viewResult(&res, cs, now, ok, wait)
 	res.Mode = mode
 	return res
 }
@@ -143,12 +143,12 @@ func (cs *creditState) dropWaiter(w *waiter) (ok, served bool) {
 // began. Asking the store for them would find the budget held by the
 // shares, this replica's among them, and make the others release theirs.
 // cs.mu must be held.
-func (cs *creditState) serveFromShare(l *Limiter, now int64) {
+func (cs *creditState) serveFromShare(e *engine, now int64) {
 	if cs.share == nil || len(cs.waiters) == 0 {
 		return
 	}
 	cs.serveWith(func(n int64) bool {
-		ok, _ := l.spendShare(cs, n, now, false)
+		ok, _ := e.spendShare(cs, n, now, false)
 		return ok
 	})
 }

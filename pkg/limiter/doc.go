@@ -66,6 +66,17 @@
 // Concurrency. A Limiter is safe for concurrent use. Keys live in a sharded
 // table whose lookups take no lock once a key is published to its shard's
 // read map; a local decision takes its key's own lock, a credit decision
-// only atomics; no lock is shared by all keys. The zero Limiter is not usable; build one with New. Run owns the
-// only goroutines a Limiter starts and returns once they have stopped.
+// only atomics; no lock is shared by all keys. The zero Limiter is not
+// usable; build one with New. Run owns the only goroutines a Limiter
+// starts and returns once they have stopped.
+//
+// Layout. The Limiter owns the key table, the concurrency caps, the clock
+// and the decision counters, and picks in one place (decideOne) whether a
+// rule is decided locally or by the credit engine (engine.go), which owns
+// the store, the registry's view, the store's clock offset, its health,
+// the keys waiting for a round and the sync loop's metrics. A key's credit
+// state has a lock-free half the hot path uses and a half its mutex
+// guards (creditAtomics, creditLocked). Time: a local-only Limiter may be
+// given a fake Clock; the credit engine reads the runtime's clock for its
+// decisions, loops and timers alike, so its tests run in testing/synctest.
 package limiter

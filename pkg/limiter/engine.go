@@ -2,7 +2,9 @@ package limiter
 
 import (
 	"context"
+	"log/slog"
 	"math"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -55,22 +57,86 @@ type stats struct {
 	syncFailures atomic.Uint64
 }
 
-func (l *Limiter) count(mode Mode) { l.stats.modes[mode].Add(1) }
+func (e *engine) count(mode Mode) { e.stats.modes[mode].Add(1) }
 
 // Stats returns the engine's counters.
 func (l *Limiter) Stats() Stats {
-	s := Stats{Decisions: make(map[string]uint64, modeCount), Replicas: int(l.replicas.Load())}
+	s := Stats{Decisions: make(map[string]uint64, modeCount), Replicas: 1}
 	for i, n := range modeNames {
 		if Mode(i) != ModeLocal { // local decisions are not counted: no shared write on the hot path
 			s.Decisions[n] = l.stats.modes[i].Load()
 		}
 	}
 	s.Rounds, s.SyncFailures = l.stats.rounds.Load(), l.stats.syncFailures.Load()
-	if l.store != nil {
-		s.Degraded = l.degraded(&Rule{}, l.now())
+	if e := l.eng; e != nil {
+		s.Replicas = int(e.replicas.Load())
+		s.Degraded = e.degraded(&Rule{}, e.now())
 	}
 	return s
 }
+
+// engine is the credit engine: it shares rules through a Store. It owns
+// the store, the replica registry's view, the estimate of the store's
+// clock, the store's health, the keys waiting for a round and the sync
+// loop's metrics; the Limiter hands it every decision of a shared rule.
+// The key table, the concurrency caps, the clock and the decision counters
+// are the Limiter's, shared with it.
+type engine struct {
+	keys  *table
+	conc  *concurrency
+	clk   *clockSource
+	log   *slog.Logger
+	stats *stats
+
+	store      Store
+	replica    string
+	replicas   atomic.Int64 // N: live replicas last seen
+	offset     atomic.Int64 // store clock − local clock, µs
+	clockErr   atomic.Int64 // how far offset may be off, ns
+	clockKnown atomic.Bool
+	lastOK     atomic.Int64 // local ns of the last successful store call
+	lastFail   atomic.Int64 // local ns of the last failed store call
+	roundTrip  atomic.Int64 // smoothed sync round duration, ns
+	kickCh     chan struct{}
+	pendingMu  sync.Mutex
+	pending    []*creditState // keys that asked for a sync since the last round
+	lastScan   int64          // local ns of the last full scan (sync loop only)
+	members    atomic.Pointer[memberView]
+	// feedPushed: the store's feed is read by followFeed, not polled.
+	feedPushed atomic.Bool
+	joined     atomic.Int64 // store µs of this replica's first heartbeat
+	activeMu   sync.Mutex
+	active     []*creditState // keys that synced and have not gone idle since (scanDue)
+	contMu     sync.Mutex
+	contended  map[string]*contention // keys other replicas need the shares of
+	contCursor string                 // where the contention feed is read from (sync loop only)
+	metrics    syncMetrics
+}
+
+// newEngine builds the credit engine of l's settings.
+func newEngine(l *Limiter) *engine {
+	e := &engine{keys: l.keys, conc: &l.conc, clk: &l.clk, log: l.log, stats: &l.stats,
+		store: l.setup.store, replica: l.setup.replica, metrics: l.setup.metrics,
+		kickCh: make(chan struct{}, 1), contended: make(map[string]*contention)}
+	e.replicas.Store(1)
+	return e
+}
+
+// run runs the sync loop, and the feed's reader when the store pushes
+// one, until ctx ends; then it pushes every hit, hands every reservation
+// back and leaves the replica registry.
+func (e *engine) run(ctx context.Context) {
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	if fw, ok := e.store.(FeedWaiter); ok {
+		e.feedPushed.Store(true)
+		wg.Go(func() { e.followFeed(ctx, fw) })
+	}
+	wg.Go(func() { e.runSync(ctx) })
+}
+
+// now is the decision instant in Unix ns.
+func (e *engine) now() int64 { return e.clk.now() }
 
 // Store calls, the "call" label of ratelimit_sync_duration_seconds.
 const (
@@ -103,55 +169,55 @@ func WithMeterProvider(mp metric.MeterProvider) Option {
 					attribute.String("call", call), attribute.String("result", result)))
 			}
 		}
-		l.metrics = m
+		l.setup.metrics = m
 	}
 }
 
 // observe records one store call that began at start.
-func (l *Limiter) observe(ctx context.Context, call string, start time.Time, err error) {
-	if l.metrics.duration == nil {
+func (e *engine) observe(ctx context.Context, call string, start time.Time, err error) {
+	if e.metrics.duration == nil {
 		return
 	}
 	result := "ok"
 	if err != nil {
 		result = "error"
 	}
-	l.metrics.duration.Record(ctx, time.Since(start).Seconds(), l.metrics.opts[[2]string{call, result}])
+	e.metrics.duration.Record(ctx, time.Since(start).Seconds(), e.metrics.opts[[2]string{call, result}])
 }
 
 // Shared reports whether the limiter syncs rules through a store.
-func (l *Limiter) Shared() bool { return l.store != nil }
+func (l *Limiter) Shared() bool { return l.eng != nil }
 
 // WithStore makes the Limiter share every rule whose LocalAllowance is
 // below 1 through store, as replica (a unique id per process).
 func WithStore(store Store, replica string) Option {
-	return func(l *Limiter) { l.store, l.replica = store, replica }
+	return func(l *Limiter) { l.setup.store, l.setup.replica = store, replica }
 }
 
 // creditFor returns key's credit state, creating it on first use. It
 // takes no lock on the hot path once the key exists.
-func (l *Limiter) creditFor(key []byte, rule *Rule, now int64) *creditState {
-	e := l.keys.get(key)
-	if e == nil || e.cs.Load() == nil {
-		e = l.keys.lock(key, rule)
-		if e.cs.Load() == nil {
-			cs := l.newCredit(e.key, rule, now)
-			cs.ent = e
-			e.cs.Store(cs)
+func (e *engine) creditFor(key []byte, rule *Rule, now int64) *creditState {
+	ent := e.keys.get(key)
+	if ent == nil || ent.cs.Load() == nil {
+		ent = e.keys.lock(key, rule)
+		if ent.cs.Load() == nil {
+			cs := e.newCredit(ent.key, rule, now)
+			cs.ent = ent
+			ent.cs.Store(cs)
 			if cs.share == nil {
-				l.enqueue(cs)
+				e.enqueue(cs)
 			}
 		}
-		if cs := e.cs.Load(); cs.share != nil && !cs.active.Load() {
+		if cs := ent.cs.Load(); cs.share != nil && !cs.active.Load() {
 			// Evictable once its share's epoch is over, unless used since
 			// (table.sweep asks stillUsed).
-			e.fresh.Store(now + 2*int64(maxPeriod(rule)))
+			ent.fresh.Store(now + 2*int64(maxPeriod(rule)))
 		} else {
-			e.fresh.Store(math.MaxInt64)
+			ent.fresh.Store(math.MaxInt64)
 		}
-		e.mu.Unlock()
+		ent.mu.Unlock()
 	}
-	return e.cs.Load()
+	return ent.cs.Load()
 }
 
 // newCredit starts a key. A key with a static share starts with no
@@ -162,12 +228,14 @@ func (l *Limiter) creditFor(key []byte, rule *Rule, now int64) *creditState {
 // and at most share·capacity/N, and syncs at once. (That share is not
 // known to the store until pushed: N cold replicas may admit it beside
 // the credit the store grants meanwhile.)
-func (l *Limiter) newCredit(key string, rule *Rule, now int64) *creditState {
-	cs := &creditState{key: key, rule: rule, ws: storeWindows(rule.Windows), capacity: minCapacity(rule), nextSync: now,
-		share: l.newShare(key, rule)}
+func (e *engine) newCredit(key string, rule *Rule, now int64) *creditState {
+	cs := &creditState{
+		creditAtomics: creditAtomics{capacity: minCapacity(rule), share: e.newShare(key, rule)},
+		creditLocked:  creditLocked{key: key, rule: rule, ws: storeWindows(rule.Windows), nextSync: now},
+	}
 	cs.kicked.Store(cs.share == nil)
 	if cs.share == nil {
-		n := uint64(max(l.replicas.Load(), 1))
+		n := uint64(max(e.replicas.Load(), 1))
 		cold := uint64(math.MaxUint64)
 		for _, w := range rule.Windows {
 			perInterval := float64(w.Limit) * float64(rule.Tuning.syncInterval()) / float64(w.Period)
@@ -183,21 +251,21 @@ func (l *Limiter) newCredit(key string, rule *Rule, now int64) *creditState {
 // degradedDecide decides while the store is unreachable: fail-open admits
 // all; fail-static enforces ⌈L/N⌉ of every window locally. Either way the
 // admits are pushed on recovery and paid back.
-func (l *Limiter) degradedDecide(cs *creditState, rule *Rule, n int64, now int64) Result {
-	l.count(ModeDegraded)
-	l.activate(cs) // its admits are pushed on recovery
+func (e *engine) degradedDecide(cs *creditState, rule *Rule, n int64, now int64) Result {
+	e.count(ModeDegraded)
+	e.activate(cs) // its admits are pushed on recovery
 	if rule.Tuning.OnStoreUnavailable == FailOpen {
 		cs.hits.Add(n)
-		cs.share.spentElsewhere(cs.ws, n, l.storeNow(now))
+		cs.share.spentElsewhere(cs.ws, n, e.storeNow(now))
 		return Result{Allowed: true, Limit: rule.Windows[0].Limit, Period: rule.Windows[0].Period, Mode: ModeDegraded}
 	}
 	cs.mu.Lock()
 	defer cs.mu.Unlock()
-	shares := uint64(max(l.replicas.Load(), 1))
-	if ok := l.lastOK.Load(); len(cs.fallback) != len(rule.Windows) || cs.fallbackOK != ok {
+	shares := uint64(max(e.replicas.Load(), 1))
+	if ok := e.lastOK.Load(); len(cs.fallback) != len(rule.Windows) || cs.fallbackOK != ok {
 		// A new outage: what the key admitted since the last one, from
 		// its share and its credit, counts against this one.
-		cs.fallback, cs.fallbackOK = cs.seedFallback(l, rule, shares, now), ok
+		cs.fallback, cs.fallbackOK = cs.seedFallback(e, rule, shares, now), ok
 	}
 	res := Result{Allowed: true, Mode: ModeDegraded}
 	var wait time.Duration
@@ -224,7 +292,7 @@ func (l *Limiter) degradedDecide(cs *creditState, rule *Rule, n int64, now int64
 		return res
 	}
 	cs.hits.Add(n)
-	cs.share.spentElsewhere(cs.ws, n, l.storeNow(now))
+	cs.share.spentElsewhere(cs.ws, n, e.storeNow(now))
 	return res
 }
 
@@ -232,13 +300,13 @@ func (l *Limiter) degradedDecide(cs *creditState, rule *Rule, n int64, now int64
 // replica's share of the last view plus its unpushed admits, so entering
 // fail-static in mid-window does not hand out a fresh ⌈L/N⌉. cs.mu must be
 // held.
-func (cs *creditState) seedFallback(l *Limiter, rule *Rule, shares uint64, now int64) []WindowState {
+func (cs *creditState) seedFallback(e *engine, rule *Rule, shares uint64, now int64) []WindowState {
 	fb := make([]WindowState, len(rule.Windows))
 	view := cs.view.Load()
 	if view == nil || rule.Algorithm == TokenBucket {
 		return fb
 	}
-	snow := l.storeNow(now)
+	snow := e.storeNow(now)
 	pending := uint64(max(cs.hits.Load(), 0) + cs.share.pendingUnits())
 	for i, w := range cs.ws {
 		v := view.windows[i]

@@ -71,14 +71,14 @@ func TestTableHashClash(t *testing.T) {
 // does.
 func TestViewSummaryMatchesDescription(t *testing.T) {
 	rng := rand.New(rand.NewPCG(1, 2))
-	l := New()
+	l := New(WithStore(nopStore{}, "r"))
 	for range 3000 {
 		rule := &Rule{Algorithm: FixedWindow}
 		for range 1 + rng.IntN(3) {
 			rule.Windows = append(rule.Windows, Window{Limit: 1 + rng.Uint64N(100),
 				Period: time.Duration(1+rng.Int64N(5000)) * time.Microsecond})
 		}
-		cs := &creditState{rule: rule, ws: storeWindows(rule.Windows)}
+		cs := &creditState{creditLocked: creditLocked{rule: rule, ws: storeWindows(rule.Windows)}}
 		snow := 1e6 + rng.Int64N(1e6)
 		v := &storeView{others: rng.Uint64N(20)}
 		for _, w := range cs.ws {
@@ -100,7 +100,7 @@ func TestViewSummaryMatchesDescription(t *testing.T) {
 			pending := uint64(max(cs.hits.Load(), 0)) + v.others
 			ok := rng.IntN(4) > 0
 			got := Result{Limit: 7, Remaining: 7, Reset: 7, RetryAfter: 7, Mode: ModeSync} // a reused slot
-			l.viewResult(&got, cs, snow*1000, ok, 0)
+			l.eng.viewResult(&got, cs, snow*1000, ok, 0)
 			want := Result{Allowed: ok}
 			if cs.describe(&want, v, snow, pending); !ok {
 				deny(&want, 0)
@@ -122,14 +122,14 @@ func TestSweptCreditStateHandsOver(t *testing.T) {
 	rule := &Rule{Algorithm: SlidingWindow, Windows: []Window{{Limit: 10, Period: time.Second}}}
 	key := []byte("k")
 	now := l.now()
-	old := l.creditFor(key, rule, now)
+	old := l.eng.creditFor(key, rule, now)
 	old.credit.Store(0) // spent its cold share: nothing held
 	l.keys.get(key).fresh.Store(now)
 	if n := l.keys.sweep(now); n != 1 || !old.orphan.Load() {
 		t.Fatalf("sweep removed %d, orphan %v", n, old.orphan.Load())
 	}
 	var res Result
-	l.creditDecide(&res, old, &Request{Key: key, Rule: rule}, 1, now, false)
+	l.eng.creditDecide(&res, old, &Request{Key: key, Rule: rule}, 1, now, false)
 	fresh := l.keys.get(key)
 	if fresh == nil || fresh.cs.Load() == old {
 		t.Fatal("the key has no new state after the sweep")
@@ -162,22 +162,22 @@ func (nopStore) Contention(_ context.Context, _, c string) ([]Contended, string,
 // before the round goes out: a request arriving while the round is in
 // flight must not be admitted on units the store no longer backs.
 func TestIdleHandBackWithdrawsCredit(t *testing.T) {
-	l := New()
+	l := New(WithStore(nopStore{}, "r"))
 	rule := &Rule{Algorithm: SlidingWindow, Windows: []Window{{Limit: 100, Period: time.Minute}}}
 	now := int64(time.Hour)
-	cs := l.newCredit("k", rule, now)
+	cs := l.eng.newCredit("k", rule, now)
 	cs.credit.Store(5)
 	cs.grant.Store(5)
 	cs.backedTo.Store(now + int64(lease))
 	cs.lastUse.Store(now - int64(2*quietInterval))
-	it := l.prepare(cs, now)
+	it := l.eng.prepare(cs, now)
 	if it.Unused != 0 || it.Want != 0 {
 		t.Fatalf("idle key sent Unused %d, Want %d; want both 0", it.Unused, it.Want)
 	}
-	if l.spend(cs, 1, now+1) {
+	if l.eng.spend(cs, 1, now+1) {
 		t.Fatal("a request in flight spent credit the round hands back")
 	}
-	l.apply(cs, &SyncResult{Windows: make([]WindowState, 1), Now: now / 1000})
+	l.eng.apply(cs, &SyncResult{Windows: make([]WindowState, 1), Now: now / 1000})
 	if c := cs.credit.Load(); c != 0 {
 		t.Fatalf("credit after the reply is %d, want 0", c)
 	}
@@ -204,22 +204,22 @@ func TestTakeNeverShowsCreditItDoesNotHold(t *testing.T) {
 // boundary a share admit counts in the shares of both epochs, pushed as
 // a hit in each, and is refused once either share is spent.
 func TestShareAdmitsAcrossBoundary(t *testing.T) {
-	l := New()
+	l := New(WithStore(nopStore{}, "r"))
 	hour := int64(time.Hour / time.Microsecond)
 	b := 1000 * hour // a boundary, store µs (offset 0: local ns = µs·1000)
-	l.joined.Store(1)
+	l.eng.joined.Store(1)
 	two := Membership{Members: []Member{{Joined: 1, Expires: 2 * b}, {Joined: 1, Expires: 2 * b}}}
 	rule := &Rule{Algorithm: FixedWindow, Windows: []Window{{Limit: 10, Period: time.Hour}}}
-	cs := l.newCredit("k", rule, 0)
-	l.clockErr.Store(int64(20 * time.Millisecond))
+	cs := l.eng.newCredit("k", rule, 0)
+	l.eng.clockErr.Store(int64(20 * time.Millisecond))
 	before := (b - 5000) * 1000 // 5 ms before the boundary, local ns
-	l.members.Store(&memberView{m: two, at: before})
+	l.eng.members.Store(&memberView{m: two, at: before})
 	for i := range 5 { // S = 5 in each epoch
-		if ok, _ := l.spendShare(cs, 1, before, false); !ok {
+		if ok, _ := l.eng.spendShare(cs, 1, before, false); !ok {
 			t.Fatalf("admit %d of 5 at the boundary refused", i+1)
 		}
 	}
-	if ok, _ := l.spendShare(cs, 1, before, false); ok {
+	if ok, _ := l.eng.spendShare(cs, 1, before, false); ok {
 		t.Fatal("a sixth unit admitted: the share is 5")
 	}
 	var old, next int64
@@ -235,8 +235,8 @@ func TestShareAdmitsAcrossBoundary(t *testing.T) {
 		t.Fatalf("pushed %d hits in the epoch that ends and %d in the next; want 5 and 5", old, next)
 	}
 	after := (b + hour/2) * 1000 // mid-epoch: the next epoch's share holds 5 less
-	l.members.Store(&memberView{m: two, at: after})
-	if ok, _ := l.spendShare(cs, 1, after, false); ok {
+	l.eng.members.Store(&memberView{m: two, at: after})
+	if ok, _ := l.eng.spendShare(cs, 1, after, false); ok {
 		t.Fatal("the next epoch's share admitted past the units charged to it ahead")
 	}
 }

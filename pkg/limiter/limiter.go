@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"log/slog"
 	"sync"
-	"sync/atomic"
 	"time"
 )
 
@@ -71,45 +70,28 @@ var ErrBatchSize = errors.New("limiter: results slice shorter than requests")
 // Limiter decides requests for keys. Build it with New; it is safe for
 // concurrent use. Run its maintenance loop with Run.
 type Limiter struct {
-	clock Clock
-	sys   *systemClock // clock, unless WithClock replaced it
+	clk   clockSource
 	log   *slog.Logger
 	sweep time.Duration
 	keys  *table
 	conc  concurrency
-
-	// The credit engine, when a store is configured.
-	store      Store
-	replica    string
-	replicas   atomic.Int64 // N: live replicas last seen
-	offset     atomic.Int64 // store clock − local clock, µs
-	clockErr   atomic.Int64 // how far offset may be off, ns
-	clockKnown atomic.Bool
-	lastOK     atomic.Int64 // local ns of the last successful store call
-	lastFail   atomic.Int64 // local ns of the last failed store call
-	roundTrip  atomic.Int64 // smoothed sync round duration, ns
-	kickCh     chan struct{}
-	pendingMu  sync.Mutex
-	pending    []*creditState // keys that asked for a sync since the last round
-	lastScan   int64          // local ns of the last full scan (sync loop only)
-	members    atomic.Pointer[memberView]
-	// feedPushed: the store's feed is read by followFeed, not polled.
-	feedPushed atomic.Bool
-	joined     atomic.Int64 // store µs of this replica's first heartbeat
-	activeMu   sync.Mutex
-	active     []*creditState // keys that synced and have not gone idle since (scanDue)
-	contMu     sync.Mutex
-	contended  map[string]*contention // keys other replicas need the shares of
-	contCursor string                 // where the contention feed is read from (sync loop only)
-	stats      stats
-	metrics    syncMetrics
+	stats stats
+	eng   *engine  // the credit engine; nil: local-only
+	setup struct { // the engine's options, until New builds it
+		store   Store
+		replica string
+		metrics syncMetrics
+	}
 }
 
 // Option configures a Limiter.
 type Option func(*Limiter)
 
-// WithClock replaces the real clock (tests use a fake one).
-func WithClock(c Clock) Option { return func(l *Limiter) { l.clock = c } }
+// WithClock replaces the real clock of a local-only Limiter (tests use a
+// fake one). A Limiter with a store ignores it: the credit engine's
+// decisions, loops and timers all read the runtime's clock, one clock that
+// testing/synctest makes virtual, so no test mixes fake and real time.
+func WithClock(c Clock) Option { return func(l *Limiter) { l.clk.clock = c } }
 
 // WithLogger sets the logger; the default discards.
 func WithLogger(log *slog.Logger) Option { return func(l *Limiter) { l.log = log } }
@@ -121,19 +103,20 @@ func WithSweepInterval(d time.Duration) Option { return func(l *Limiter) { l.swe
 func New(opts ...Option) *Limiter {
 	sys := newSystemClock()
 	l := &Limiter{
-		clock:     sys,
-		log:       slog.New(slog.DiscardHandler),
-		sweep:     10 * time.Second,
-		keys:      newTable(),
-		kickCh:    make(chan struct{}, 1),
-		contended: make(map[string]*contention),
+		clk:   clockSource{clock: sys},
+		log:   slog.New(slog.DiscardHandler),
+		sweep: 10 * time.Second,
+		keys:  newTable(),
 	}
-	l.replicas.Store(1)
 	for _, o := range opts {
 		o(l)
 	}
-	if l.clock == Clock(sys) {
-		l.sys = sys
+	if l.setup.store != nil {
+		l.clk.clock = sys // see WithClock
+		l.eng = newEngine(l)
+	}
+	if l.clk.clock == Clock(sys) {
+		l.clk.sys = sys
 	}
 	return l
 }
@@ -142,14 +125,10 @@ func New(opts ...Option) *Limiter {
 // loop, until ctx ends. Before returning nil it pushes every hit, hands
 // every reservation back and leaves the replica registry.
 func (l *Limiter) Run(ctx context.Context) error {
-	if l.store != nil {
+	if l.eng != nil {
 		var wg sync.WaitGroup
 		defer wg.Wait()
-		if fw, ok := l.store.(FeedWaiter); ok {
-			l.feedPushed.Store(true)
-			wg.Go(func() { l.followFeed(ctx, fw) })
-		}
-		wg.Go(func() { l.runSync(ctx) })
+		wg.Go(func() { l.eng.run(ctx) })
 	}
 	t := time.NewTicker(l.sweep)
 	defer t.Stop()
@@ -158,8 +137,8 @@ func (l *Limiter) Run(ctx context.Context) error {
 		case <-ctx.Done():
 			return nil
 		case <-t.C:
-			if l.sys != nil {
-				l.sys.anchor()
+			if l.clk.sys != nil {
+				l.clk.sys.anchor()
 			}
 			if n := l.Sweep(); n > 0 {
 				l.log.Debug("evicted idle keys", "count", n, "live", l.Keys())
@@ -214,10 +193,10 @@ func (l *Limiter) decideOne(res *Result, r *Request, now int64, dry bool) {
 	if hits == 0 && r.Op == Charge {
 		hits = 1
 	}
-	if l.store != nil && !r.Rule.Tuning.localOnly() {
-		l.creditDecide(res, l.creditFor(r.Key, r.Rule, now), r, hits, now, dry)
+	if eng := l.eng; eng != nil && !r.Rule.Tuning.localOnly() {
+		eng.creditDecide(res, eng.creditFor(r.Key, r.Rule, now), r, hits, now, dry)
 		if !dry && !res.Allowed && r.Op == Charge && r.Rule.AlwaysCharge {
-			l.chargeDebt(r, hits, now)
+			eng.chargeDebt(r, hits, now)
 		}
 		return
 	}
@@ -295,8 +274,8 @@ func (l *Limiter) rollback(reqs []Request, out []Result, now int64) {
 			continue
 		}
 		hits := max(r.Hits, 1)
-		if l.store != nil && !r.Rule.Tuning.localOnly() {
-			l.refund(l.creditFor(r.Key, r.Rule, now), int64(hits), now) // pushed meanwhile: a negative hit
+		if eng := l.eng; eng != nil && !r.Rule.Tuning.localOnly() {
+			eng.refund(eng.creditFor(r.Key, r.Rule, now), int64(hits), now) // pushed meanwhile: a negative hit
 			continue
 		}
 		e := l.keys.lock(r.Key, r.Rule)
@@ -353,7 +332,7 @@ func (l *Limiter) Snapshot(prefix string, limit int) []KeyState {
 				ks.Shared.Others = v.others
 				copy(counters, v.windows)
 			}
-			at, unit = l.storeNow(now), 1000 // the view counts in µs
+			at, unit = l.eng.storeNow(now), 1000 // the view counts in µs
 		}
 		for i, w := range e.rule.Windows {
 			c := counters[i]
@@ -375,8 +354,8 @@ func (l *Limiter) Snapshot(prefix string, limit int) []KeyState {
 // String describes the limiter for logs.
 func (l *Limiter) String() string {
 	mode := "local"
-	if l.store != nil {
-		mode = "shared as " + l.replica
+	if l.eng != nil {
+		mode = "shared as " + l.eng.replica
 	}
 	return fmt.Sprintf("limiter(%s, %d keys)", mode, l.Keys())
 }

@@ -13,12 +13,12 @@ package limiter
 // spendAcross admits n units from key cs's shares of epochs e2-1 and
 // e2, both; a dry run only reports whether they fit. snow is the
 // store's instant as this replica estimates it, in one of the two.
-func (l *Limiter) spendAcross(cs *creditState, n, now, snow, e2 int64, dry bool) bool {
+func (e *engine) spendAcross(cs *creditState, n, now, snow, e2 int64, dry bool) bool {
 	sh := cs.share
 	w := cs.ws[0]
 	p := int64(w.Period)
 	e1 := e2 - 1
-	s1, s2 := l.shareSize(cs, e1, now), l.shareSize(cs, e2, now)
+	s1, s2 := e.shareSize(cs, e1, now), e.shareSize(cs, e2, now)
 	if s1 == 0 || s2 == 0 || n <= 0 {
 		return false
 	}
@@ -48,14 +48,14 @@ func (l *Limiter) spendAcross(cs *creditState, n, now, snow, e2 int64, dry bool)
 	return true
 }
 
-// shareSize is S for key cs's share of epoch e: zero when this replica
+// shareSize is S for key cs's share of epoch: zero when this replica
 // holds none or released it.
-func (l *Limiter) shareSize(cs *creditState, e, now int64) uint64 {
-	if cs.share.released >= e {
+func (e *engine) shareSize(cs *creditState, epoch, now int64) uint64 {
+	if cs.share.released >= epoch {
 		return 0
 	}
 	w := cs.ws[0]
-	n := l.sharers(e*int64(w.Period), now)
+	n := e.sharers(epoch*int64(w.Period), now)
 	if n == 0 {
 		return 0
 	}

@@ -29,10 +29,10 @@ const (
 
 // enqueue lists a key that asked for a sync, so the next round finds it
 // without scanning every key.
-func (l *Limiter) enqueue(cs *creditState) {
-	l.pendingMu.Lock()
-	l.pending = append(l.pending, cs)
-	l.pendingMu.Unlock()
+func (e *engine) enqueue(cs *creditState) {
+	e.pendingMu.Lock()
+	e.pending = append(e.pending, cs)
+	e.pendingMu.Unlock()
 }
 
 // fullScanEvery bounds how often a round looks at every key (for keys due
@@ -40,33 +40,33 @@ func (l *Limiter) enqueue(cs *creditState) {
 const fullScanEvery = 100 * time.Millisecond
 
 // kick wakes the sync loop for an early round.
-func (l *Limiter) kick() {
+func (e *engine) kick() {
 	select {
-	case l.kickCh <- struct{}{}:
+	case e.kickCh <- struct{}{}:
 	default:
 	}
 }
 
 // storeNow estimates the store clock (µs) at local instant now (ns).
-func (l *Limiter) storeNow(now int64) int64 { return now/1000 + l.offset.Load() }
+func (e *engine) storeNow(now int64) int64 { return now/1000 + e.offset.Load() }
 
 // runSync is the credit engine's loop: heartbeats, sync rounds when keys
 // are due or a request asks, and the final push at shutdown.
-func (l *Limiter) runSync(ctx context.Context) {
+func (e *engine) runSync(ctx context.Context) {
 	t := time.NewTicker(tick)
 	defer t.Stop()
-	l.heartbeat(ctx)
-	started := l.now()
+	e.heartbeat(ctx)
+	started := e.now()
 	lastBeat, lastRead := started, started
 	for {
 		select {
 		case <-ctx.Done():
-			l.shutdown()
+			e.shutdown()
 			return
 		case <-t.C:
-		case <-l.kickCh:
+		case <-e.kickCh:
 		}
-		now := l.now()
+		now := e.now()
 		every := int64(heartbeatEvery)
 		if now-started < int64(heartbeatEvery) {
 			// Replicas that start together see each other only from
@@ -75,116 +75,123 @@ func (l *Limiter) runSync(ctx context.Context) {
 			every = int64(startupBeat)
 		}
 		if now-lastBeat >= every {
-			l.heartbeat(ctx)
+			e.heartbeat(ctx)
 			lastBeat = now
 		}
-		if now-lastRead >= int64(contentionEvery) && !l.feedPushed.Load() {
-			l.readContention(ctx)
+		if now-lastRead >= int64(contentionEvery) && !e.feedPushed.Load() {
+			e.readContention(ctx)
 			lastRead = now
 		}
-		l.SyncRound(ctx)
-		l.slotRound(ctx)
+		e.syncRound(ctx)
+		e.slotRound(ctx)
 	}
 }
 
 // heartbeat renews this replica's lease and learns N and the clock offset.
-func (l *Limiter) heartbeat(ctx context.Context) {
+func (e *engine) heartbeat(ctx context.Context) {
 	ctx, cancel := context.WithTimeout(ctx, roundTimeout)
 	defer cancel()
-	sent := l.now()
+	sent := e.now()
 	start := time.Now()
-	m, err := l.store.Heartbeat(ctx, l.replica, lease)
-	l.observe(ctx, callHeartbeat, start, err)
+	m, err := e.store.Heartbeat(ctx, e.replica, lease)
+	e.observe(ctx, callHeartbeat, start, err)
 	if err != nil {
-		l.storeFailed(err)
+		e.storeFailed(err)
 		return
 	}
-	l.learnClock(sent, m.Now)
-	l.replicas.Store(int64(max(m.Replicas, 1)))
-	l.members.Store(&memberView{m: m, at: l.now()})
+	e.learnClock(sent, m.Now)
+	e.replicas.Store(int64(max(m.Replicas, 1)))
+	e.members.Store(&memberView{m: m, at: e.now()})
 	if m.Joined == 0 {
 		m.Joined = m.Now // a store that does not say
 	}
-	if l.joined.Swap(m.Joined) != m.Joined {
-		l.dropShares() // joined again: the others no longer count this replica's shares
+	if e.joined.Swap(m.Joined) != m.Joined {
+		e.dropShares() // joined again: the others no longer count this replica's shares
 	}
 }
 
 // learnClock smooths the offset between the store clock and ours from one
 // round trip sent at sent (local ns) and answered at storeNow (µs).
-func (l *Limiter) learnClock(sent, storeNow int64) {
-	now := l.now()
+func (e *engine) learnClock(sent, storeNow int64) {
+	now := e.now()
 	sample := storeNow - (sent+now)/2/1000
-	l.lastOK.Store(now)
+	e.lastOK.Store(now)
 	// The store read its clock somewhere in the round trip: the estimate
 	// may be off by half of it. clockErr follows the largest half round
 	// trip seen, decaying by a sixteenth a sample.
 	half := (now - sent) / 2
-	l.clockErr.Store(max(half, l.clockErr.Load()*15/16))
-	if !l.clockKnown.Swap(true) {
-		l.offset.Store(sample)
+	e.clockErr.Store(max(half, e.clockErr.Load()*15/16))
+	if !e.clockKnown.Swap(true) {
+		e.offset.Store(sample)
 		return
 	}
-	old := l.offset.Load()
-	l.offset.Store(old + (sample-old)/4)
+	old := e.offset.Load()
+	e.offset.Store(old + (sample-old)/4)
 }
 
 // learnRoundTrip smooths the duration of sync rounds (EWMA, 1/8).
-func (l *Limiter) learnRoundTrip(d time.Duration) {
-	old := l.roundTrip.Load()
-	l.roundTrip.Store(old + (int64(d)-old)/8)
+func (e *engine) learnRoundTrip(d time.Duration) {
+	old := e.roundTrip.Load()
+	e.roundTrip.Store(old + (int64(d)-old)/8)
 }
 
-func (l *Limiter) storeFailed(err error) {
-	l.lastFail.Store(l.now())
-	l.stats.syncFailures.Add(1)
-	l.log.Debug("store call failed", "err", err)
+func (e *engine) storeFailed(err error) {
+	e.lastFail.Store(e.now())
+	e.stats.syncFailures.Add(1)
+	e.log.Debug("store call failed", "err", err)
 }
 
 // storeHealthy reports whether the last store call succeeded.
-func (l *Limiter) storeHealthy() bool { return l.lastFail.Load() <= l.lastOK.Load() }
+func (e *engine) storeHealthy() bool { return e.lastFail.Load() <= e.lastOK.Load() }
 
 // degraded reports whether rule must be decided without the store: it has
 // been unreachable for longer than the rule's CacheTTL.
-func (l *Limiter) degraded(rule *Rule, now int64) bool {
-	ok := l.lastOK.Load()
-	return !l.storeHealthy() && ok != 0 && now-ok > int64(rule.Tuning.cacheTTL())
+func (e *engine) degraded(rule *Rule, now int64) bool {
+	ok := e.lastOK.Load()
+	return !e.storeHealthy() && ok != 0 && now-ok > int64(rule.Tuning.cacheTTL())
 }
 
 // SyncRound runs one round now: every key that is due, asked for, or half
 // due rides along, in one store call. The sync loop calls it; simulations
-// may too.
+// may too. Without a store it does nothing.
 func (l *Limiter) SyncRound(ctx context.Context) {
-	now := l.now()
-	released := l.releases(now)
-	due := l.collectDue(now, l.fullScanDue(now))
+	if l.eng != nil {
+		l.eng.syncRound(ctx)
+	}
+}
+
+// syncRound runs one round now (SyncRound).
+func (e *engine) syncRound(ctx context.Context) {
+	now := e.now()
+	released := e.releases(now)
+	due := e.collectDue(now, e.fullScanDue(now))
 	if len(due) == 0 && len(released) == 0 {
 		return
 	}
 	items := make([]SyncItem, len(due), len(due)+len(released))
 	for i, cs := range due {
-		items[i] = l.prepare(cs, now)
+		items[i] = e.prepare(cs, now)
 	}
 	items = append(items, released...)
 	out := make([]SyncResult, len(items))
 	rctx, cancel := context.WithTimeout(ctx, roundTimeout)
 	defer cancel()
-	l.stats.rounds.Add(1)
+	e.stats.rounds.Add(1)
 	start := time.Now()
-	err := l.store.Sync(rctx, l.replica, items, out)
-	l.observe(ctx, callSync, start, err)
-	l.learnRoundTrip(time.Since(start))
+	err := e.store.Sync(rctx, e.replica, items, out)
+	e.observe(ctx, callSync, start, err)
+	e.learnRoundTrip(time.Since(start))
 	if err != nil {
-		l.storeFailed(err)
+		e.storeFailed(err)
 		for i, cs := range due {
 			cs.abort(items[i])
 		}
-		l.unrelease(released)
+		e.unrelease(released)
 		return
 	}
-	l.learnClock(now, out[0].Now)
+	e.learnClock(now, out[0].Now)
 	for i, cs := range due {
-		l.apply(cs, &out[i])
+		e.apply(cs, &out[i])
 	}
 }
 
@@ -192,14 +199,14 @@ func (l *Limiter) SyncRound(ctx context.Context) {
 // fullScanEvery, on the tick before each whole second, where every window
 // boundary falls, to set aside the hits admitted before it, and on the
 // first tick after it, to refill keys the old window left without credit.
-func (l *Limiter) fullScanDue(now int64) bool {
+func (e *engine) fullScanDue(now int64) bool {
 	lead := int64(boundaryLead / time.Microsecond)
-	snow := l.storeNow(now)
-	newSecond := snow/1e6 != l.storeNow(l.lastScan)/1e6
-	if now-l.lastScan < int64(fullScanEvery) && snow%1e6 < 1e6-lead && !newSecond {
+	snow := e.storeNow(now)
+	newSecond := snow/1e6 != e.storeNow(e.lastScan)/1e6
+	if now-e.lastScan < int64(fullScanEvery) && snow%1e6 < 1e6-lead && !newSecond {
 		return false
 	}
-	l.lastScan = now
+	e.lastScan = now
 	return true
 }
 
@@ -208,15 +215,15 @@ func (l *Limiter) fullScanDue(now int64) bool {
 // Riding along is limited to keys due within a tenth of their interval:
 // enough to merge rounds of keys due together, without making every key
 // sync early when many keys keep a round going on every tick.
-func (l *Limiter) collectDue(now int64, full bool) []*creditState {
+func (e *engine) collectDue(now int64, full bool) []*creditState {
 	var due []*creditState
 	if full {
-		due = l.scanDue(now)
+		due = e.scanDue(now)
 	}
-	l.pendingMu.Lock()
-	asked := l.pending
-	l.pending = nil
-	l.pendingMu.Unlock()
+	e.pendingMu.Lock()
+	asked := e.pending
+	e.pending = nil
+	e.pendingMu.Unlock()
 	var later []*creditState
 	for _, cs := range asked {
 		cs.mu.Lock()
@@ -227,14 +234,14 @@ func (l *Limiter) collectDue(now int64, full bool) []*creditState {
 		default:
 			cs.collected = true
 			due = append(due, cs)
-			l.activate(cs)
+			e.activate(cs)
 		}
 		cs.mu.Unlock()
 	}
 	if len(later) > 0 {
-		l.pendingMu.Lock()
-		l.pending = append(l.pending, later...)
-		l.pendingMu.Unlock()
+		e.pendingMu.Lock()
+		e.pending = append(e.pending, later...)
+		e.pendingMu.Unlock()
 	}
 	return due
 }
@@ -245,11 +252,11 @@ func (l *Limiter) collectDue(now int64, full bool) []*creditState {
 // nothing and owes nothing leaves the active keys, evictable; keys that
 // admit from their static share alone never join them, so idle and
 // share-only keys cost a scan nothing.
-func (l *Limiter) scanDue(now int64) []*creditState {
+func (e *engine) scanDue(now int64) []*creditState {
 	var due, half []*creditState
-	snow := l.storeNow(now)
-	l.eachActive(func(cs *creditState) {
-		e := cs.ent
+	snow := e.storeNow(now)
+	e.eachActive(func(cs *creditState) {
+		ent := cs.ent
 		cs.mu.Lock()
 		defer cs.mu.Unlock()
 		cs.snapshotBoundary(snow)
@@ -259,12 +266,12 @@ func (l *Limiter) scanDue(now int64) []*creditState {
 		starved := cs.starvedInNewWindow(snow) && now-cs.lastUse.Load() < int64(quietInterval)
 		if !cs.needsSync() && !starved {
 			if idle := now - cs.lastUse.Load(); idle > 2*int64(maxPeriod(cs.rule)) {
-				e.fresh.Store(now) // nothing held, nothing owed: evictable
-				l.deactivate(cs)
+				ent.fresh.Store(now) // nothing held, nothing owed: evictable
+				e.deactivate(cs)
 			}
 			return
 		}
-		e.fresh.Store(math.MaxInt64)
+		ent.fresh.Store(math.MaxInt64)
 		interval := cs.nextSync - cs.lastSync
 		switch {
 		case cs.kicked.Load() || len(cs.waiters) > 0 || starved || cs.tight && len(cs.late) > 0:
@@ -305,70 +312,70 @@ func maxPeriod(r *Rule) time.Duration {
 
 // shutdown pushes every hit and hands every reservation back, then leaves
 // the registry.
-func (l *Limiter) shutdown() {
+func (e *engine) shutdown() {
 	ctx, cancel := context.WithTimeout(context.Background(), roundTimeout)
 	defer cancel()
 	var items []SyncItem
 	var keys []string
-	now := l.now()
-	l.keys.eachCredit(func(_ *entry, cs *creditState) {
+	now := e.now()
+	e.keys.eachCredit(func(_ *entry, cs *creditState) {
 		cs.mu.Lock()
 		defer cs.mu.Unlock()
 		it := SyncItem{Key: cs.key, Algorithm: cs.rule.Algorithm, Windows: cs.rule.Windows,
-			Replicas: int(l.replicas.Load()), Lease: lease}
-		it.Hits = cs.pushHits(cs.hits.Swap(0), l.storeNow(now))
-		cs.share.takeShare(&it, l.storeNow(now), cs.ws[0], false)
+			Replicas: int(e.replicas.Load()), Lease: lease}
+		it.Hits = cs.pushHits(cs.hits.Swap(0), e.storeNow(now))
+		cs.share.takeShare(&it, e.storeNow(now), cs.ws[0], false)
 		items = append(items, it)
 		keys = append(keys, cs.key)
 	})
 	if len(items) > 0 {
-		if err := l.store.Sync(ctx, l.replica, items, make([]SyncResult, len(items))); err != nil {
-			l.log.Warn("final push failed", "err", err, "keys", len(items))
+		if err := e.store.Sync(ctx, e.replica, items, make([]SyncResult, len(items))); err != nil {
+			e.log.Warn("final push failed", "err", err, "keys", len(items))
 		}
 	}
-	if slotKeys := l.slotKeys(); len(keys) > 0 || len(slotKeys) > 0 {
-		if err := l.store.Release(ctx, l.replica, keys, slotKeys); err != nil {
-			l.log.Warn("releasing reservations failed", "err", err)
+	if slotKeys := e.slotKeys(); len(keys) > 0 || len(slotKeys) > 0 {
+		if err := e.store.Release(ctx, e.replica, keys, slotKeys); err != nil {
+			e.log.Warn("releasing reservations failed", "err", err)
 		}
 	}
-	if err := l.store.Leave(ctx, l.replica); err != nil {
-		l.log.Warn("leaving the registry failed", "err", err)
+	if err := e.store.Leave(ctx, e.replica); err != nil {
+		e.log.Warn("leaving the registry failed", "err", err)
 	}
 }
 
 // activate lists cs among the keys scanDue visits.
-func (l *Limiter) activate(cs *creditState) {
+func (e *engine) activate(cs *creditState) {
 	if cs.active.Swap(true) {
 		return
 	}
-	l.activeMu.Lock()
+	e.activeMu.Lock()
 	if !cs.listed {
 		cs.listed = true
-		l.active = append(l.active, cs)
+		e.active = append(e.active, cs)
 	}
-	l.activeMu.Unlock()
+	e.activeMu.Unlock()
 }
 
 // deactivate marks cs to leave the active keys at the next scan.
-func (l *Limiter) deactivate(cs *creditState) { cs.active.Store(false) }
+func (e *engine) deactivate(cs *creditState) { cs.active.Store(false) }
 
 // eachActive calls fn for every active key, dropping those no longer
 // active or swept. fn may take the key's lock but not activeMu.
-func (l *Limiter) eachActive(fn func(cs *creditState)) {
-	l.activeMu.Lock()
-	keys := l.active[:0:0]
-	keep := l.active[:0]
-	for _, cs := range l.active {
+func (e *engine) eachActive(fn func(cs *creditState)) {
+	e.activeMu.Lock()
+	keys := e.active[:0:0]
+	keep := e.active[:0]
+	for _, cs := range e.active {
 		if cs.active.Load() && !cs.orphan.Load() {
 			keep = append(keep, cs)
 		} else {
 			cs.listed = false
 		}
 	}
-	clear(l.active[len(keep):])
-	l.active = keep
+	clear(e.active[len(keep):])
+	e.active = keep
 	keys = append(keys, keep...)
-	l.activeMu.Unlock()
+	e.activeMu.Unlock()
 	for _, cs := range keys {
 		fn(cs)
 	}
