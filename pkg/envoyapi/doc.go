@@ -5,7 +5,14 @@
 // concurrency caps to LLM and API traffic in two roles (downstream, before
 // the router; upstream, once per attempt). It is the only package that
 // imports go-control-plane; errors become gRPC statuses in one place
-// (status.go).
+// (errors.go).
+//
+// Files follow one naming scheme: rls_*.go serve the RLS, extproc_*.go
+// the external processor, and the unprefixed files are shared by both
+// (options, header names and seconds rounding, errors). The routing
+// decisions of ext_proc (which hop of a chain serves, how a target's
+// attempts are retried) are pkg/routing's; this package turns them into
+// Envoy's messages.
 //
 // Servers are built with their collaborators as interfaces (the policies
 // in force, the decider) and options (logger, meter provider, response

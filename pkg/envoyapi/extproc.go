@@ -14,22 +14,16 @@ import (
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 
-	"github.com/ratelimit-svc/ratelimit-svc/pkg/limiter"
-	"github.com/ratelimit-svc/ratelimit-svc/pkg/resilience"
+	"github.com/ratelimit-svc/ratelimit-svc/pkg/routing"
 )
 
-// SlotAcquirer hands out concurrency slots; *limiter.Limiter is one.
-type SlotAcquirer interface {
-	Acquire(key string, max uint64) (*limiter.Slot, bool)
-}
+// SlotAcquirer hands out concurrency slots and tells how many are
+// taken; *limiter.Limiter is one.
+type SlotAcquirer = routing.Slots
 
 // Breakers admits targets and learns from their outcomes;
 // *resilience.Registry is one.
-type Breakers interface {
-	Allow(t resilience.Target) resilience.Admission
-	Release(t resilience.Target)
-	Record(t resilience.Target, v resilience.Verdict)
-}
+type Breakers = routing.Breakers
 
 // ExtProcDeps are the collaborators of the ext_proc server. A nil field
 // turns its concern off: no rate or token limits, no concurrency caps, no
@@ -57,7 +51,7 @@ type ExtProcDeps struct {
 // concurrent use; each stream's state is its own. Build it with NewExtProc.
 type ExtProc struct {
 	policies Policies
-	deps     ExtProcDeps
+	route    *routing.Router
 	log      *slog.Logger
 	metrics  *extProcMetrics
 }
@@ -66,16 +60,18 @@ type ExtProc struct {
 // targets) and its collaborators.
 func NewExtProc(p Policies, deps ExtProcDeps, opts ...Option) *ExtProc {
 	o := newOptions(opts)
-	if deps.Now == nil {
-		deps.Now = time.Now
-	}
-	return &ExtProc{policies: p, deps: deps, log: o.log, metrics: newExtProcMetrics(o.meter)}
+	route := routing.New(routing.Deps{Limits: deps.Limits, Slots: deps.Slots, Breakers: deps.Breakers, Now: deps.Now})
+	return &ExtProc{policies: p, route: route, log: o.log, metrics: newExtProcMetrics(o.meter)}
 }
 
 // RegisterExtProc registers x as envoy.service.ext_proc.v3.ExternalProcessor.
 func RegisterExtProc(r grpc.ServiceRegistrar, x *ExtProc) {
 	extprocv3.RegisterExternalProcessorServer(r, x)
 }
+
+// SlotKey is the concurrency key of a target, as passed to
+// SlotAcquirer.Acquire: operators and tests read InUse with it.
+func SlotKey(target string) string { return routing.SlotKey(target) }
 
 // The roles, as the x-resil-role metadata names them.
 const (

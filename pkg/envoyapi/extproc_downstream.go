@@ -8,8 +8,8 @@ import (
 	extprocfilterv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/ext_proc/v3"
 	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
 
-	"github.com/ratelimit-svc/ratelimit-svc/pkg/limiter"
 	"github.com/ratelimit-svc/ratelimit-svc/pkg/policy"
+	"github.com/ratelimit-svc/ratelimit-svc/pkg/routing"
 )
 
 // downstream is one request seen by the filter before the router: it
@@ -25,10 +25,9 @@ type downstream struct {
 	spoofed      bool   // the client sent x-resil-fallback-from itself
 	awaitingBody bool   // the decision waits for the buffered body
 
-	hop    *policy.Target // the serving hop; nil when the request passes untouched
-	rate   limiter.Result
-	slot   *limiter.Slot
-	charge bool // the response body was asked for, to charge its tokens
+	root   *policy.Target // the requested target; nil when the request passes untouched
+	choice routing.Choice // the serving hop, its slot and rate decision
+	charge bool           // the response body was asked for, to charge its tokens
 }
 
 // requestHeaders reads the routing header. The decision waits for the
@@ -66,63 +65,49 @@ func (d *downstream) requestBody(b *extprocv3.HttpBody) (*extprocv3.ProcessingRe
 // message that completed the request: a routing mutation, a local reply,
 // or nothing for a request that is not ours.
 func (d *downstream) route(body []byte, inBody bool) (*extprocv3.ProcessingResponse, error) {
-	root, model, hasModel := d.requested(body)
+	model, hasModel := findModel(body)
+	root := routing.Requested(d.snap, d.asked, model.value)
 	if root == nil {
 		d.x.metrics.verdict(d.ctx, roleDownstream, "passthrough")
 		return passResponse(inBody), nil
 	}
-	c, err := d.x.choose(d.ctx, d.snap, root)
+	c, err := d.x.route.Choose(d.ctx, d.snap, root, nil)
 	if err != nil {
 		return nil, err
 	}
-	if c.hop == nil {
-		resp, outcome := d.x.refuse(root, &c)
+	if c.Hop == nil {
+		resp, outcome := refuse(root, &c)
 		d.x.metrics.verdict(d.ctx, roleDownstream, outcome)
 		d.x.log.LogAttrs(d.ctx, slog.LevelDebug, "no eligible hop", slog.String("target", root.Name), slog.String("outcome", outcome))
 		return resp, nil
 	}
-	d.hop, d.rate, d.slot = c.hop, c.rate, c.slot
+	d.root, d.choice = root, c
 	outcome := "served"
-	if c.hop != root {
+	if c.Hop != root {
 		outcome = "fallback"
 	}
 	d.x.metrics.verdict(d.ctx, roleDownstream, outcome)
-	return d.forward(root, body, model, hasModel, inBody), nil
-}
-
-// requested is the target the client asked for: the x-resil-target
-// header, else the body's model (a target name, then a target's model).
-func (d *downstream) requested(body []byte) (*policy.Target, modelField, bool) {
-	model, hasModel := findModel(body)
-	if d.asked != "" {
-		return d.snap.Target(d.asked), model, hasModel
-	}
-	if !hasModel {
-		return nil, model, false
-	}
-	if t := d.snap.Target(model.value); t != nil {
-		return t, model, true
-	}
-	return d.snap.TargetByModel(model.value), model, true
+	return d.forward(body, model, hasModel, inBody), nil
 }
 
 // forward routes the request to the serving hop: x-resil-target always,
 // and, for a body naming another model than the hop's, the body with only
 // its model replaced and a content-length to match.
-func (d *downstream) forward(root *policy.Target, body []byte, model modelField, hasModel, inBody bool) *extprocv3.ProcessingResponse {
+func (d *downstream) forward(body []byte, model modelField, hasModel, inBody bool) *extprocv3.ProcessingResponse {
+	hop := d.choice.Hop
 	var m mutation
-	m.put(hdrTarget, d.hop.Name)
-	if d.hop != root {
-		m.put(hdrFallbackFrom, root.Name)
+	m.put(hdrTarget, hop.Name)
+	if hop != d.root {
+		m.put(hdrFallbackFrom, d.root.Name)
 	} else if d.spoofed {
 		m.del(hdrFallbackFrom)
 	}
 	var newBody []byte
-	if inBody && hasModel && model.value != d.hop.Model {
-		newBody = model.withModel(body, d.hop.Model)
+	if inBody && hasModel && model.value != hop.Model {
+		newBody = model.withModel(body, hop.Model)
 		m.put(hdrContentLen, strconv.Itoa(len(newBody)))
 	}
-	cr := common(&m, newBody, d.asked != d.hop.Name)
+	cr := common(&m, newBody, d.asked != hop.Name)
 	if inBody {
 		return bodyResponse(false, cr)
 	}
@@ -143,11 +128,11 @@ func passResponse(inBody bool) *extprocv3.ProcessingResponse {
 // with a token budget asks for the body, to charge its usage.
 func (d *downstream) responseHeaders(_ *extprocv3.ProcessingRequest, h *extprocv3.HttpHeaders) (*extprocv3.ProcessingResponse, error) {
 	hs := headersOf(h)
-	m := d.x.clientHeaders(hs, d.hop != nil && d.rate.Limit > 0, d.rate)
+	hop := d.choice.Hop
+	m := d.x.clientHeaders(hs, hop != nil && d.choice.Rate.Limit > 0, d.choice.Rate)
 	resp := headersResponse(true, common(&m, nil, false))
 	st := hs.status()
-	if d.hop != nil && d.hop.TokenLimit != nil && d.x.deps.Limits != nil &&
-		st >= 200 && st < 300 && !h.GetEndOfStream() && hs.isJSON() {
+	if d.x.route.ChargesTokens(hop) && st >= 200 && st < 300 && !h.GetEndOfStream() && hs.isJSON() {
 		d.charge = true
 		resp.ModeOverride = bufferResponseBody()
 	}
@@ -155,23 +140,19 @@ func (d *downstream) responseHeaders(_ *extprocv3.ProcessingRequest, h *extprocv
 }
 
 // responseBody charges the tokens a buffered response reports to the
-// hop's token budget. The charge happened: it is recorded even past the
-// limit (the rule charges always), as debt later requests pay back.
+// hop's token budget.
 func (d *downstream) responseBody(b *extprocv3.HttpBody) (*extprocv3.ProcessingResponse, error) {
 	if !d.charge {
 		return bodyResponse(true, nil), nil
 	}
 	d.charge = false
 	if n, ok := totalTokens(b.GetBody()); ok {
-		reqs := []limiter.Request{{Key: tokenKey(d.hop), Rule: d.hop.TokenLimit, Hits: n, Op: limiter.Charge}}
-		out := make([]limiter.Result, 1)
-		if _, err := d.x.deps.Limits.Decide(reqs, out); err != nil {
-			d.x.log.LogAttrs(d.ctx, slog.LevelWarn, "token charge failed",
-				slog.String("target", d.hop.Name), slog.Uint64("tokens", n), slog.Any("error", err))
+		if err := d.x.route.ChargeTokens(d.choice.Hop, n); err != nil {
+			d.x.log.LogAttrs(d.ctx, slog.LevelWarn, "token charge failed", slog.Any("error", err))
 		}
 	}
 	return bodyResponse(true, nil), nil
 }
 
 // end gives the hop's slot back, however the stream ended.
-func (d *downstream) end() { d.slot.Release() }
+func (d *downstream) end() { d.choice.Release() }

@@ -106,24 +106,21 @@ func (u *upstream) end() {
 }
 
 func (u *upstream) classify(body []byte) resilience.Verdict {
-	return resilience.Classify(resilience.Input{Status: u.status, Header: u.headers, Body: body, Now: u.x.deps.Now()})
+	return resilience.Classify(resilience.Input{Status: u.status, Header: u.headers, Body: body, Now: u.x.route.Now()})
 }
 
 // plan decides retry or not with the target's retry policy: the verdict
 // must allow a retry, the attempt count must be within num_retries, and a
 // hint must not be longer than the profile waits.
 func (u *upstream) plan(v resilience.Verdict) resilience.Step {
-	p := retryPolicy(u.target)
-	return p.Plan(v, resilience.Attempt{Retries: u.attempt - 1, Now: u.x.deps.Now()})
+	return u.x.route.Plan(u.target, v, u.attempt, false)
 }
 
 // record feeds the breakers and the metrics with the attempt's final
 // verdict; a hint the profile does not wait for skips the target.
 func (u *upstream) record(v resilience.Verdict, step resilience.Step) {
 	v.SkipFor = max(v.SkipFor, step.SkipFor)
-	if br := u.x.deps.Breakers; br != nil {
-		br.Record(breakerTarget(u.target), v)
-	}
+	u.x.route.Record(u.target, v)
 	outcome := "success"
 	switch {
 	case step.Action == resilience.ActionRetry:
@@ -149,25 +146,4 @@ func retryHeaders(m *mutation, v resilience.Verdict, step resilience.Step, again
 	} else if again {
 		m.del(hdrRetry)
 	}
-}
-
-// retryPolicy is the target's retry_config as a policy: its profile, with
-// num_retries as the retry budget and max_delay_s lowering the backoff
-// cap. A target without retry_config gets the standard profile.
-func retryPolicy(t *policy.Target) *resilience.Policy {
-	prof := resilience.Standard()
-	if r := t.Retry; r != nil {
-		if r.Profile == "interactive" {
-			prof = resilience.Interactive()
-		}
-		prof.MaxRetries = min(int(r.NumRetries), resilience.MaxRetries)
-		if r.MaxDelay > 0 && r.MaxDelay < prof.Cap {
-			prof.Cap = max(r.MaxDelay, prof.Base)
-		}
-	}
-	p, err := resilience.NewPolicy(prof, nil)
-	if err != nil {
-		p, _ = resilience.NewPolicy(resilience.Standard(), nil)
-	}
-	return p
 }

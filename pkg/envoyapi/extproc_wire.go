@@ -9,26 +9,8 @@ import (
 	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
 )
 
-// Headers this service reads and writes. Every x-resil-* header is
-// internal: the downstream role removes them from responses.
+// Attributes Envoy's ext_proc filter sends, under attrNamespace.
 const (
-	hdrTarget       = "x-resil-target"
-	hdrFallbackFrom = "x-resil-fallback-from"
-	hdrRetry        = "x-resil-retry"
-	hdrRetryAfter   = "x-resil-retry-after"
-	internalPrefix  = "x-resil-"
-
-	hdrAttemptCount  = "x-envoy-attempt-count"
-	hdrStatus        = ":status"
-	hdrContentType   = "content-type"
-	hdrContentLen    = "content-length"
-	hdrRetryAfterStd = "retry-after"
-	hdrExpose        = "access-control-expose-headers"
-	hdrLimit         = "x-ratelimit-limit"
-	hdrRemaining     = "x-ratelimit-remaining"
-	hdrReset         = "x-ratelimit-reset"
-
-	// attrNamespace keys the attributes Envoy's ext_proc filter sends.
 	attrNamespace = "envoy.filters.http.ext_proc"
 	attrCluster   = "xds.cluster_name"
 )
@@ -182,6 +164,3 @@ func bufferResponseBody() *extprocfilterv3.ProcessingMode {
 func attributeOf(req *extprocv3.ProcessingRequest, name string) string {
 	return req.GetAttributes()[attrNamespace].GetFields()[name].GetStringValue()
 }
-
-// seconds renders a non-negative count of seconds as a plain integer.
-func seconds(n int64) string { return strconv.FormatInt(max(n, 0), 10) }

@@ -2,6 +2,7 @@ package envoyapi
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
 	"math"
 	"sync"
@@ -10,6 +11,7 @@ import (
 	ratelimitv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 
 	"go.opentelemetry.io/otel/trace"
+	"google.golang.org/grpc"
 
 	"github.com/ratelimit-svc/ratelimit-svc/pkg/limiter"
 	"github.com/ratelimit-svc/ratelimit-svc/pkg/policy"
@@ -54,6 +56,11 @@ func NewRLS(p Policies, d Decider, opts ...Option) *RLS {
 		metrics:  newRLSMetrics(o.meter, o.metricLimits),
 		scratch:  sync.Pool{New: func() any { return new(batch) }},
 	}
+}
+
+// RegisterRLS registers s as envoy.service.ratelimit.v3.RateLimitService.
+func RegisterRLS(r grpc.ServiceRegistrar, s *RLS) {
+	ratelimitv3.RegisterRateLimitServiceServer(r, s)
 }
 
 // ShouldRateLimit decides every descriptor of req together. The answer is
@@ -153,4 +160,20 @@ func remainingField(n uint64) uint32 {
 		return math.MaxUint32
 	}
 	return uint32(n)
+}
+
+// validate rejects what Envoy never sends and no limit can be found for.
+func validate(req *ratelimitv3.RateLimitRequest) error {
+	switch {
+	case req.GetDomain() == "":
+		return fmt.Errorf("%w: empty domain", errBadRequest)
+	case len(req.GetDescriptors()) == 0:
+		return fmt.Errorf("%w: no descriptors", errBadRequest)
+	}
+	for i, d := range req.Descriptors {
+		if d == nil || len(d.Entries) == 0 {
+			return fmt.Errorf("%w: descriptor %d has no entries", errBadRequest, i)
+		}
+	}
+	return nil
 }

@@ -2,7 +2,6 @@ package envoyapi
 
 import (
 	"math"
-	"time"
 
 	ratelimitv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"google.golang.org/protobuf/types/known/durationpb"
@@ -97,15 +96,4 @@ func currentLimit(sp *statusParts, p *plan) *ratelimitv3.RateLimitResponse_RateL
 		cl.Name = p.limit.Name
 	}
 	return cl
-}
-
-// wholeSeconds rounds d up to whole seconds: Envoy reads only the seconds
-// of duration_until_reset (x-ratelimit-reset, retry-after), so a fraction
-// rounded down would tell a client to come back too early.
-func wholeSeconds(d time.Duration) int64 {
-	s := int64(d / time.Second)
-	if d%time.Second != 0 {
-		s++
-	}
-	return s
 }
