@@ -124,12 +124,13 @@ func passResponse(inBody bool) *extprocv3.ProcessingResponse {
 
 // responseHeaders rewrites the response for the client: the hop's
 // x-ratelimit-* headers, a standard retry-after from the upstream's hint,
-// the expose list, and no internal headers. A JSON success of a target
-// with a token budget asks for the body, to charge its usage.
+// x-resil-fallback-from when a fallback served, the expose list, and no
+// other internal header. A JSON success of a target with a token budget
+// asks for the body, to charge its usage.
 func (d *downstream) responseHeaders(_ *extprocv3.ProcessingRequest, h *extprocv3.HttpHeaders) (*extprocv3.ProcessingResponse, error) {
 	hs := headersOf(h)
 	hop := d.choice.Hop
-	m := d.x.clientHeaders(hs, hop != nil && d.choice.Rate.Limit > 0, d.choice.Rate)
+	m := d.x.clientHeaders(hs, hop != nil && d.choice.Rate.Limit > 0, d.choice.Rate, d.fallbackFrom(hs))
 	resp := headersResponse(true, common(&m, nil, false))
 	st := hs.status()
 	if d.x.route.ChargesTokens(hop) && st >= 200 && st < 300 && !h.GetEndOfStream() && hs.isJSON() {
@@ -137,6 +138,21 @@ func (d *downstream) responseHeaders(_ *extprocv3.ProcessingRequest, h *extprocv
 		resp.ModeOverride = bufferResponseBody()
 	}
 	return resp, nil
+}
+
+// fallbackFrom is the target a fallback served in place of: the
+// requested target when this role chose another hop, else what the
+// upstream role reports for a fallback within the request. Responses to
+// requests that are not ours never carry it.
+func (d *downstream) fallbackFrom(hs headerMap) string {
+	switch {
+	case d.root == nil:
+		return ""
+	case d.choice.Hop != d.root:
+		return d.root.Name
+	}
+	v, _ := hs.get(hdrFallbackFrom)
+	return v
 }
 
 // responseBody charges the tokens a buffered response reports to the

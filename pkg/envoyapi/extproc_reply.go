@@ -48,17 +48,22 @@ func putRateLimit(m *mutation, exposed []string, r limiter.Result) []string {
 	return append(exposed, hdrLimit, hdrRemaining, hdrReset)
 }
 
-// clientHeaders rewrites response headers for the client: the hop's rate
-// limit (when limited), a standard retry-after in integer seconds from
-// whatever hint an error response carries, access-control-expose-headers
-// naming what was added (merged with the upstream's list), and no
-// internal x-resil-* header.
-func (x *ExtProc) clientHeaders(hs headerMap, limited bool, rate limiter.Result) mutation {
+// clientHeaders rewrites response headers for the client: no internal
+// x-resil-* header but x-resil-fallback-from naming fallbackFrom when a
+// fallback served, the hop's rate limit (when limited), a standard
+// retry-after in integer seconds from whatever hint an error response
+// carries, and access-control-expose-headers naming what was added
+// (merged with the upstream's list).
+func (x *ExtProc) clientHeaders(hs headerMap, limited bool, rate limiter.Result, fallbackFrom string) mutation {
 	var m mutation
 	for _, k := range hs.internal() {
 		m.del(k)
 	}
 	var exposed []string
+	if fallbackFrom != "" {
+		m.put(hdrFallbackFrom, fallbackFrom)
+		exposed = append(exposed, hdrFallbackFrom)
+	}
 	if limited {
 		exposed = putRateLimit(&m, exposed, rate)
 	}

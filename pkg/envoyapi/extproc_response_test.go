@@ -122,3 +122,30 @@ func TestExtProcNoTokenChargeWithoutOverride(t *testing.T) {
 	x := r.roundTrip(f, in, reply(200))
 	wantHeader(t, x.Forwarded.Headers, "x-resil-target", "secondary")
 }
+
+// TestExtProcFallbackFromReachesClient: the client learns that a fallback
+// served through x-resil-fallback-from, the one internal header it sees,
+// and the expose list names it; nobody else can make it up.
+func TestExtProcFallbackFromReachesClient(t *testing.T) {
+	r := newExtRig(t)
+	r.openBreaker("primary")
+	up := reply(200, "access-control-expose-headers", "x-request-id", "x-resil-fallback-from", "spoofed",
+		"x-resil-target", "secondary")
+	x := r.roundTrip(r.downstream(), chatRequest(body("acme-large")), up)
+	h := x.Response.Headers
+	if v := h.Values("x-resil-fallback-from"); len(v) != 1 || v[0] != "primary" {
+		t.Errorf("x-resil-fallback-from %q, want [primary]", v)
+	}
+	wantNoHeader(t, h, "x-resil-target")
+	wantHeader(t, h, "access-control-expose-headers",
+		"x-request-id, x-resil-fallback-from, x-ratelimit-limit, x-ratelimit-remaining, x-ratelimit-reset")
+
+	// Served by the requested target: nothing to announce.
+	x = r.roundTrip(r.downstream(), chatRequest(body("gamma-small")), reply(200))
+	wantNoHeader(t, x.Response.Headers, "x-resil-fallback-from")
+	wantNoHeader(t, x.Response.Headers, "access-control-expose-headers")
+
+	// Not ours: an upstream's own x-resil-fallback-from never reaches the client.
+	x = r.roundTrip(r.downstream(), chatRequest(`{"model":"nobody"}`), reply(200, "x-resil-fallback-from", "primary"))
+	wantNoHeader(t, x.Response.Headers, "x-resil-fallback-from")
+}

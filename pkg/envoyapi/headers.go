@@ -6,7 +6,8 @@ import (
 )
 
 // Header names both servers read and write. Every x-resil-* header is
-// internal: the downstream role removes them from responses.
+// internal: the downstream role removes them from responses, and writes
+// x-resil-fallback-from again when a fallback served, for the client.
 const (
 	hdrTarget       = "x-resil-target"
 	hdrFallbackFrom = "x-resil-fallback-from"
