@@ -57,6 +57,11 @@ func (e *engine) wait(cs *creditState, rule *Rule, n int64, now int64) Result {
 			e.count(ModeOverrun)
 		}
 	}
+	if !ok && cs.share != nil {
+		if ok = e.shareAfterWait(cs, n, now); ok {
+			e.count(ModeOverrun)
+		}
+	}
 	if !ok {
 		ok, wait = e.viewAdmits(cs, now, n)
 		if ok = ok && e.overrunOnView(cs, rule, n); ok {
@@ -70,6 +75,20 @@ func (e *engine) wait(cs *creditState, rule *Rule, n int64, now int64) Result {
 	e.viewResult(&res, cs, now, ok, wait)
 	res.Mode = ModeOverrun
 	return res
+}
+
+// shareAfterWait admits a timed-out waiter from the key's static share:
+// a window may have begun while it waited. Within the clock's uncertainty
+// of the boundary it waits, at most contentionWait, until the epoch is
+// known.
+func (e *engine) shareAfterWait(cs *creditState, n, now int64) bool {
+	ok, known := e.spendShare(cs, n, now, false)
+	if ok || known <= now || known-now > int64(contentionWait) {
+		return ok
+	}
+	time.Sleep(time.Duration(known - now))
+	ok, _ = e.spendShare(cs, n, e.now(), false)
+	return ok
 }
 
 // overrunOnView reports whether a timed-out waiter that no held-back
