@@ -16,7 +16,7 @@ import (
 // maxBody bounds a request body.
 const maxBody = 8 << 20
 
-// handler serves the OpenAI-style API.
+// handler serves the OpenAI-style and Anthropic-style APIs.
 type handler struct {
 	cfg config
 	log *slog.Logger
@@ -28,6 +28,14 @@ type handler struct {
 	rng *rand.Rand
 }
 
+// dialect is the provider whose API a path speaks.
+type dialect int
+
+const (
+	openAI    dialect = iota // /v1/chat/completions
+	anthropic                // /v1/messages
+)
+
 func newHandler(cfg config, log *slog.Logger) *handler {
 	seed := cfg.seed
 	if seed == 0 {
@@ -35,7 +43,8 @@ func newHandler(cfg config, log *slog.Logger) *handler {
 	}
 	h := &handler{cfg: cfg, log: log, mux: http.NewServeMux(), now: time.Now,
 		rng: rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15))}
-	h.mux.HandleFunc("/v1/chat/completions", h.chat)
+	h.mux.HandleFunc("/v1/chat/completions", func(w http.ResponseWriter, r *http.Request) { h.serve(w, r, openAI) })
+	h.mux.HandleFunc("/v1/messages", func(w http.ResponseWriter, r *http.Request) { h.serve(w, r, anthropic) })
 	h.mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
 		w.Header().Set("content-type", "text/plain")
 		io.WriteString(w, "OK\n")
@@ -49,88 +58,135 @@ func newHandler(cfg config, log *slog.Logger) *handler {
 
 func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) { h.mux.ServeHTTP(w, r) }
 
-// chatRequest is the part of a chat completion request the mock reads.
+// chatRequest is the part of a chat completion or messages request the
+// mock reads.
 type chatRequest struct {
 	Model    string `json:"model"`
 	Messages []struct {
 		Role    string `json:"role"`
 		Content any    `json:"content"` // a string, or an array of parts
 	} `json:"messages"`
+	System        any  `json:"system"` // Anthropic: a string, or text blocks
+	Stream        bool `json:"stream"`
+	StreamOptions struct {
+		IncludeUsage bool `json:"include_usage"`
+	} `json:"stream_options"`
 }
 
-func (h *handler) chat(w http.ResponseWriter, r *http.Request) {
+// answer is how a request is answered, from its headers and the flags.
+type answer struct {
+	delay      time.Duration
+	status     int
+	retryAfter int
+	explicit   bool // retryAfter came from the request
+	stream     streamPlan
+}
+
+func (h *handler) serve(w http.ResponseWriter, r *http.Request, d dialect) {
 	id := h.seq.Add(1)
 	w.Header().Set("x-request-id", fmt.Sprintf("req_mock_%d", id))
+	req, ok := h.readRequest(w, r, d)
+	if !ok {
+		return
+	}
+	a, msg := h.answer(r, req.Model)
+	if msg != "" {
+		h.failAs(d, w, http.StatusBadRequest, msg, "invalid_request_error", "", 0)
+		return
+	}
+	if !wait(r, a.delay) {
+		return
+	}
+	switch {
+	case a.status >= 300:
+		retryAfter := a.retryAfter
+		if !a.explicit && !retriable(a.status) {
+			retryAfter = 0
+		}
+		msg, typ, code := providerError(d, a.status, req.Model)
+		h.log.Info("failure", "model", req.Model, "status", a.status, "retry_after", retryAfter)
+		h.failAs(d, w, a.status, msg, typ, code, retryAfter)
+	case req.Stream:
+		h.stream(w, r, d, req, id, a.stream)
+	case d == anthropic:
+		h.message(w, a.status, req, id)
+	default:
+		h.complete(w, a.status, req, id)
+	}
+}
+
+// readRequest reads and checks the request, answering it when it is bad.
+func (h *handler) readRequest(w http.ResponseWriter, r *http.Request, d dialect) (*chatRequest, bool) {
 	if r.Method != http.MethodPost {
 		w.Header().Set("allow", http.MethodPost)
-		h.fail(w, http.StatusMethodNotAllowed, "Method "+r.Method+" not allowed; use POST.",
+		h.failAs(d, w, http.StatusMethodNotAllowed, "Method "+r.Method+" not allowed; use POST.",
 			"invalid_request_error", "", 0)
-		return
+		return nil, false
 	}
 	body, err := io.ReadAll(io.LimitReader(r.Body, maxBody+1))
 	if err != nil {
-		return // the client went away
+		return nil, false // the client went away
 	}
 	if len(body) > maxBody {
-		h.fail(w, http.StatusRequestEntityTooLarge, "The request body is too large.", "invalid_request_error", "", 0)
-		return
+		h.failAs(d, w, http.StatusRequestEntityTooLarge, "The request body is too large.", "invalid_request_error", "", 0)
+		return nil, false
 	}
 	var req chatRequest
 	if err := json.Unmarshal(body, &req); err != nil {
-		h.fail(w, http.StatusBadRequest, "We could not parse the JSON body of your request.",
+		h.failAs(d, w, http.StatusBadRequest, "We could not parse the JSON body of your request.",
 			"invalid_request_error", "", 0)
-		return
+		return nil, false
 	}
 	if req.Model == "" {
-		h.fail(w, http.StatusBadRequest, "You must provide a model parameter.", "invalid_request_error", "", 0)
-		return
+		h.failAs(d, w, http.StatusBadRequest, "You must provide a model parameter.", "invalid_request_error", "", 0)
+		return nil, false
 	}
+	return &req, true
+}
 
-	delay := h.cfg.delay
+// answer reads the x-mock-* headers over the flags. msg, when not empty,
+// says which header is malformed.
+func (h *handler) answer(r *http.Request, model string) (a answer, msg string) {
+	a.delay, a.retryAfter = h.cfg.delay, h.cfg.retryAfter
 	if v := r.Header.Get("x-mock-delay-ms"); v != "" {
 		ms, err := strconv.Atoi(v)
 		if err != nil || ms < 0 {
-			h.fail(w, http.StatusBadRequest, "x-mock-delay-ms: want a whole number of milliseconds.",
-				"invalid_request_error", "", 0)
-			return
+			return a, "x-mock-delay-ms: want a whole number of milliseconds."
 		}
-		delay = time.Duration(ms) * time.Millisecond
+		a.delay = time.Duration(ms) * time.Millisecond
 	}
-	status, ok := h.status(r, req.Model)
+	status, ok := h.status(r, model)
 	if !ok {
-		h.fail(w, http.StatusBadRequest, "x-mock-status: want a status code 100-599.", "invalid_request_error", "", 0)
-		return
+		return a, "x-mock-status: want a status code 100-599."
 	}
-	retryAfter, explicit := h.cfg.retryAfter, false
+	a.status = status
 	if v := r.Header.Get("x-mock-retry-after"); v != "" {
 		s, err := strconv.Atoi(v)
 		if err != nil || s < 0 {
-			h.fail(w, http.StatusBadRequest, "x-mock-retry-after: want whole seconds.", "invalid_request_error", "", 0)
-			return
+			return a, "x-mock-retry-after: want whole seconds."
 		}
-		retryAfter, explicit = s, true
+		a.retryAfter, a.explicit = s, true
 	}
+	var scale float64
+	a.stream, scale, msg = h.streamPlan(r)
+	a.delay = scaled(a.delay, scale)
+	return a, msg
+}
 
-	if delay > 0 {
-		t := time.NewTimer(delay)
-		select {
-		case <-t.C:
-		case <-r.Context().Done():
-			t.Stop()
-			return
-		}
+// wait waits d, or less if the client goes away; it reports whether the
+// client is still there.
+func wait(r *http.Request, d time.Duration) bool {
+	if d <= 0 {
+		return r.Context().Err() == nil
 	}
-
-	if status >= 300 {
-		if !explicit && !retriable(status) {
-			retryAfter = 0
-		}
-		msg, typ, code := providerError(status, req.Model)
-		h.log.Info("failure", "model", req.Model, "status", status, "retry_after", retryAfter)
-		h.fail(w, status, msg, typ, code, retryAfter)
-		return
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return true
+	case <-r.Context().Done():
+		return false
 	}
-	h.complete(w, status, &req, id)
 }
 
 // status decides the request's status: the x-mock-status header, else a
@@ -164,8 +220,13 @@ func retriable(status int) bool {
 		status == http.StatusTooManyRequests || status >= 500
 }
 
-// providerError is what OpenAI answers for a status: message, type, code.
-func providerError(status int, model string) (msg, typ, code string) {
+// providerError is what the provider answers for a status: message,
+// type, code.
+func providerError(d dialect, status int, model string) (msg, typ, code string) {
+	if d == anthropic {
+		msg, typ = anthropicError(status, model)
+		return msg, typ, ""
+	}
 	switch status {
 	case http.StatusBadRequest:
 		return "Invalid request.", "invalid_request_error", ""
@@ -192,6 +253,15 @@ func providerError(status int, model string) (msg, typ, code string) {
 	return http.StatusText(status), "invalid_request_error", ""
 }
 
+// failAs writes the dialect's error body.
+func (h *handler) failAs(d dialect, w http.ResponseWriter, status int, msg, typ, code string, retryAfter int) {
+	if d == anthropic {
+		h.failAnthropic(w, status, msg, typ, retryAfter)
+		return
+	}
+	h.fail(w, status, msg, typ, code, retryAfter)
+}
+
 // fail writes an OpenAI error body, with retry hints when retryAfter > 0.
 func (h *handler) fail(w http.ResponseWriter, status int, msg, typ, code string, retryAfter int) {
 	hd := w.Header()
@@ -213,12 +283,8 @@ func (h *handler) fail(w http.ResponseWriter, status int, msg, typ, code string,
 
 // complete answers a chat completion with usage.
 func (h *handler) complete(w http.ResponseWriter, status int, req *chatRequest, id uint64) {
-	prompt := 0
-	for _, m := range req.Messages {
-		prompt += len(m.Role) + textLen(m.Content)
-	}
 	reply := "This is a mock reply from " + req.Model + "."
-	pt, ct := tokens(prompt), tokens(len(reply))
+	pt, ct := promptTokens(req), tokens(len(reply))
 	hd := w.Header()
 	hd.Set("x-ratelimit-limit-requests", "10000")
 	hd.Set("x-ratelimit-remaining-requests", "9999")
@@ -235,6 +301,16 @@ func (h *handler) complete(w http.ResponseWriter, status int, req *chatRequest, 
 		}},
 		"usage": map[string]any{"prompt_tokens": pt, "completion_tokens": ct, "total_tokens": pt + ct},
 	})
+}
+
+// promptTokens estimates the prompt's tokens from its messages' roles and
+// text and the system prompt.
+func promptTokens(req *chatRequest) int {
+	n := textLen(req.System)
+	for _, m := range req.Messages {
+		n += len(m.Role) + textLen(m.Content)
+	}
+	return tokens(n)
 }
 
 // textLen is the length of a message's text: a string, or the "text" of

@@ -84,6 +84,15 @@ func decode[T any](t *testing.T, resp *http.Response) T {
 	return v
 }
 
+func decodeBytes[T any](t *testing.T, b []byte) T {
+	t.Helper()
+	var v T
+	if err := json.Unmarshal(b, &v); err != nil {
+		t.Fatalf("%v: %s", err, b)
+	}
+	return v
+}
+
 func TestCompletion(t *testing.T) {
 	srv := newTestServer(t)
 	resp := post(t, srv.URL, chatBody)
