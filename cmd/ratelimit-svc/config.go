@@ -40,10 +40,8 @@ type config struct {
 	// LIMIT_RESPONSE_HEADERS_ENABLED); empty: x-ratelimit-*.
 	HeaderNames [3]string
 	GRPCTLS     grpcTLS
-	// GRPCMaxConnAge (GRPC_MAX_CONNECTION_AGE), when set, closes gRPC
-	// connections after that long (GOAWAY, then GRPCMaxConnAgeGrace for
-	// calls in flight), so that clients spread over new replicas.
-	GRPCMaxConnAge, GRPCMaxConnAgeGrace time.Duration
+	// bounds are the timeouts, caps and sizes clients are held to.
+	bounds
 
 	// ShadowMode is envoyproxy/ratelimit's global shadow mode (SHADOW_MODE):
 	// every decision is made and counted but the answer is OK.
@@ -114,6 +112,10 @@ func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (c
 	str(&c.GRPCTLS.ClientSAN, "grpc-tls-client-san", "a SAN every client certificate must carry")
 	var shutdown string
 	str(&shutdown, "shutdown-timeout", "bound on draining at SIGTERM")
+	rawBounds := make([]string, len(boundFlags))
+	for i, f := range boundFlags {
+		str(&rawBounds[i], f.name, f.usage)
+	}
 	if err := fs.Parse(args); err != nil {
 		return c, err
 	}
@@ -138,6 +140,7 @@ func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (c
 	} else {
 		c.ShutdownTimeout = d
 	}
+	errs = append(errs, c.parseBounds(rawBounds)...)
 	if err := c.validate(); err != nil {
 		errs = append(errs, err)
 	}

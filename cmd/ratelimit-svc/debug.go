@@ -18,7 +18,7 @@ import (
 // on its root as envoyproxy/ratelimit does.
 var debugEndpoints = map[string]string{
 	"/debug/config":        "the policy snapshot in force, where it came from, and every problem found (JSON)",
-	"/debug/keys":          "live key state: ?prefix= and ?limit= (JSON)",
+	"/debug/keys":          "live key state: ?prefix= and ?limit= (at most --debug-keys-max) (JSON)",
 	"/debug/pprof/":        "root of the pprof endpoints",
 	"/debug/pprof/profile": "CPU profile",
 	"/debug/pprof/trace":   "execution trace",
@@ -32,9 +32,9 @@ func (a *app) debugRoutes() http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /debug/config", a.debugConfig)
 	mux.HandleFunc("GET /debug/keys", a.debugKeys)
-	mux.HandleFunc("GET /debug/pprof/", pprof.Index)
-	mux.HandleFunc("GET /debug/pprof/profile", pprof.Profile)
-	mux.HandleFunc("GET /debug/pprof/trace", pprof.Trace)
+	mux.Handle("GET /debug/pprof/", a.boundProfile(pprof.Index))
+	mux.Handle("GET /debug/pprof/profile", a.boundProfile(pprof.Profile))
+	mux.Handle("GET /debug/pprof/trace", a.boundProfile(pprof.Trace))
 	mux.HandleFunc("GET /rlconfig", a.rlconfig)
 	mux.HandleFunc("GET /{$}", func(w http.ResponseWriter, _ *http.Request) {
 		paths := make([]string, 0, len(debugEndpoints))
@@ -72,6 +72,23 @@ func (a *app) debugConfig(w http.ResponseWriter, _ *http.Request) {
 	writeJSON(w, out)
 }
 
+// boundProfile refuses a pprof ?seconds= above --debug-profile-max with
+// 400, so that one request cannot hold a profile and its connection for
+// hours.
+func (a *app) boundProfile(h http.HandlerFunc) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if s := r.URL.Query().Get("seconds"); s != "" {
+			sec, err := strconv.ParseFloat(s, 64)
+			if max := a.cfg.DebugProfileMax.Seconds(); err == nil && sec > max {
+				http.Error(w, fmt.Sprintf("seconds %s is above the maximum %g (--debug-profile-max)", s, max),
+					http.StatusBadRequest)
+				return
+			}
+		}
+		h(w, r)
+	})
+}
+
 // fileSource is the source of policies read from files.
 type fileSource struct {
 	Type string `json:"type"`
@@ -79,13 +96,18 @@ type fileSource struct {
 }
 
 // debugKeys shows the live state of keys starting with ?prefix= (at most
-// ?limit=, default 100).
+// ?limit=, default 100, never above --debug-keys-max).
 func (a *app) debugKeys(w http.ResponseWriter, r *http.Request) {
-	limit := 100
+	limit := min(100, a.cfg.DebugKeysMax)
 	if s := r.URL.Query().Get("limit"); s != "" {
 		n, err := strconv.Atoi(s)
 		if err != nil || n <= 0 {
 			http.Error(w, "limit must be a positive integer", http.StatusBadRequest)
+			return
+		}
+		if n > a.cfg.DebugKeysMax {
+			http.Error(w, fmt.Sprintf("limit %d is above the maximum %d (--debug-keys-max)", n, a.cfg.DebugKeysMax),
+				http.StatusBadRequest)
 			return
 		}
 		limit = n

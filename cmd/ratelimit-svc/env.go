@@ -7,7 +7,6 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"time"
 
 	"github.com/ratelimit-svc/ratelimit-svc/pkg/policy"
 )
@@ -33,8 +32,6 @@ type envValues struct {
 	xds                     xdsConfig
 	notes                   []string // said once at start
 	metadata                bool
-	maxConnAge              time.Duration
-	maxConnAgeGrace         time.Duration
 	headerNames             [3]string // LIMIT_*_HEADER, with LIMIT_RESPONSE_HEADERS_ENABLED
 }
 
@@ -76,6 +73,9 @@ func readEnv(getenv func(string) string) (*envValues, error) {
 	for _, v := range ourVars {
 		ev.ours = ev.ours || getenv(v) != ""
 	}
+	for _, f := range boundFlags {
+		ev.ours = ev.ours || getenv(f.env) != ""
+	}
 	r.listeners()
 	r.config()
 	r.redis()
@@ -86,6 +86,7 @@ func readEnv(getenv func(string) string) (*envValues, error) {
 	r.plain("shutdown-timeout", "15s", "RLS_SHUTDOWN_TIMEOUT")
 	r.plain("charging", "admitted", "RLS_CHARGING")
 	r.behaviour()
+	r.bounds()
 	r.xds()
 	r.unsupported()
 	return ev, errors.Join(r.errs...)
@@ -315,8 +316,6 @@ func (r *envReader) unsupported() {
 		r.bool(v, false)
 	}
 	r.duration("REDIS_TIMEOUT", 0)
-	r.ev.maxConnAge = r.duration("GRPC_MAX_CONNECTION_AGE", 0)
-	r.ev.maxConnAgeGrace = r.duration("GRPC_MAX_CONNECTION_AGE_GRACE", 0)
 }
 
 // apply copies what has no flag into c.
@@ -327,7 +326,6 @@ func (ev *envValues) apply(c *config) {
 	c.UseStatsd, c.LocalCacheSize = ev.useStatsd, ev.localCache
 	c.Xds = ev.xds
 	c.Notes = ev.notes
-	c.GRPCMaxConnAge, c.GRPCMaxConnAgeGrace = ev.maxConnAge, ev.maxConnAgeGrace
 	c.DynamicMetadata = ev.metadata
 	c.HeaderNames = ev.headerNames
 }

@@ -46,9 +46,6 @@ func main() {
 	}
 }
 
-// httpHeaderTimeout bounds how long a client may take to send headers.
-const httpHeaderTimeout = 10 * time.Second
-
 // healthNames are the gRPC health service names answered besides "".
 var healthNames = []string{
 	"ratelimit",
@@ -115,6 +112,8 @@ type app struct {
 	httpLis  net.Listener
 	promLis  net.Listener
 	debugLis net.Listener
+	// httpConns caps the HTTP and Prometheus ports' connections together.
+	httpConns *connLimiter
 
 	// configured is closed once there is a config to serve: at once for
 	// files or with FORCE_START_WITHOUT_INITIAL_CONFIG, else when the

@@ -15,7 +15,6 @@ import (
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
-	"google.golang.org/grpc/keepalive"
 
 	"github.com/ratelimit-svc/ratelimit-svc/internal/xdsconfig"
 	"github.com/ratelimit-svc/ratelimit-svc/pkg/envoyapi"
@@ -60,10 +59,7 @@ func wire(cfg config, log *slog.Logger, tel *telemetry, tr *tracing, headers env
 		envoyapi.WithLogger(log.With("component", "extproc")), envoyapi.WithMeterProvider(tel.provider))
 	a.health = health.NewServer()
 	opts := append(grpcServerOptions(), tr.serverOptions()...)
-	if cfg.GRPCMaxConnAge > 0 {
-		opts = append(opts, grpc.KeepaliveParams(keepalive.ServerParameters{
-			MaxConnectionAge: cfg.GRPCMaxConnAge, MaxConnectionAgeGrace: cfg.GRPCMaxConnAgeGrace}))
-	}
+	opts = append(opts, cfg.bounds.grpcOptions()...)
 	if cfg.GRPCTLS.enabled() {
 		rel, err := newCertReloader(cfg.GRPCTLS, log.With("component", "grpc-tls"))
 		if err != nil {
@@ -138,10 +134,11 @@ func (a *app) configSource() string {
 
 // listen binds every port. The gRPC, HTTP and Prometheus ports must bind;
 // the debug port is for operators, so when it is taken the service warns
-// and runs without it.
+// and runs without it. The HTTP ports' connections are capped
+// (httpConnCap), the debug port's too.
 func (a *app) listen() error {
 	cfg := a.cfg
-	a.http = &http.Server{Handler: a.routes(), ReadHeaderTimeout: httpHeaderTimeout}
+	a.http = cfg.httpServer(a.routes(), cfg.HTTPWriteTimeout)
 	binds := []struct {
 		name, addr string
 		lis        *net.Listener
@@ -157,8 +154,14 @@ func (a *app) listen() error {
 		}
 		*b.lis = l
 	}
+	nofile := fileLimit()
+	a.httpConns = newConnLimiter(httpConnCap(cfg.HTTPMaxConns, nofile))
+	a.log.Info("HTTP connections capped", "max_conns", a.httpConns.Cap(), "requested", cfg.HTTPMaxConns,
+		"from", cfg.src("http-max-conns"), "rlimit_nofile", nofile)
+	a.httpLis = a.httpConns.wrap(a.httpLis)
 	if a.promLis != nil {
-		a.prom = &http.Server{Handler: a.metricsRoutes(), ReadHeaderTimeout: httpHeaderTimeout}
+		a.promLis = a.httpConns.wrap(a.promLis)
+		a.prom = cfg.httpServer(a.metricsRoutes(), cfg.HTTPWriteTimeout)
 	}
 	if cfg.DebugAddr == "" {
 		return nil
@@ -168,8 +171,8 @@ func (a *app) listen() error {
 		a.log.Warn("debug listener not started: serving without it", "addr", cfg.DebugAddr, "err", err)
 		return nil
 	}
-	a.debugLis = l
-	a.debug = &http.Server{Handler: a.debugRoutes(), ReadHeaderTimeout: httpHeaderTimeout}
+	a.debugLis = newConnLimiter(cfg.DebugMaxConns).wrap(l)
+	a.debug = cfg.httpServer(a.debugRoutes(), cfg.DebugWriteTimeout)
 	return nil
 }
 

@@ -1,0 +1,137 @@
+package main
+
+import (
+	"io"
+	"strings"
+	"testing"
+	"time"
+)
+
+func TestBoundsDefaults(t *testing.T) {
+	c, err := parseConfig(nil, envOf(nil), io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	equal(t, "read", c.HTTPReadTimeout, 30*time.Second)
+	equal(t, "read header", c.HTTPReadHeaderTimeout, 10*time.Second)
+	equal(t, "write", c.HTTPWriteTimeout, 30*time.Second)
+	equal(t, "idle", c.HTTPIdleTimeout, 120*time.Second)
+	equal(t, "http conns", c.HTTPMaxConns, 1024)
+	equal(t, "debug write", c.DebugWriteTimeout, 30*time.Second)
+	equal(t, "debug profile", c.DebugProfileMax, time.Minute)
+	equal(t, "debug conns", c.DebugMaxConns, 16)
+	equal(t, "debug keys", c.DebugKeysMax, 10000)
+	equal(t, "keepalive min", c.GRPCKeepaliveMinTime, 10*time.Second)
+	equal(t, "keepalive without stream", c.GRPCKeepaliveWithoutStream, true)
+	equal(t, "conn idle", c.GRPCMaxConnIdle, 15*time.Minute)
+	equal(t, "conn age", c.GRPCMaxConnAge, time.Duration(0))
+	equal(t, "conn age grace", c.GRPCMaxConnAgeGrace, time.Duration(0))
+	equal(t, "streams", c.GRPCMaxStreams, 1024)
+	equal(t, "recv bytes", c.GRPCMaxRecvBytes, 10<<20)
+	equal(t, "upstream env", c.UpstreamEnv, false)
+}
+
+// TestBoundsPrecedence: a flag wins over our variable, which wins over
+// envoyproxy/ratelimit's; our bound variables count as our environment.
+func TestBoundsPrecedence(t *testing.T) {
+	tests := []struct {
+		name  string
+		env   map[string]string
+		args  []string
+		check func(*testing.T, config)
+	}{
+		{"env", map[string]string{"RLS_GRPC_MAX_RECV_BYTES": "2048", "RLS_HTTP_IDLE_TIMEOUT": "5s"}, nil,
+			func(t *testing.T, c config) {
+				equal(t, "recv bytes", c.GRPCMaxRecvBytes, 2048)
+				equal(t, "idle", c.HTTPIdleTimeout, 5*time.Second)
+				equal(t, "from", c.src("grpc-max-recv-bytes"), "RLS_GRPC_MAX_RECV_BYTES")
+			}},
+		{"flag over env", map[string]string{"RLS_GRPC_MAX_RECV_BYTES": "2048", "RLS_DEBUG_KEYS_MAX": "7"},
+			[]string{"--grpc-max-recv-bytes", "4096", "--grpc-keepalive-permit-without-stream=false"},
+			func(t *testing.T, c config) {
+				equal(t, "recv bytes", c.GRPCMaxRecvBytes, 4096)
+				equal(t, "debug keys", c.DebugKeysMax, 7)
+				equal(t, "keepalive without stream", c.GRPCKeepaliveWithoutStream, false)
+				equal(t, "from", c.src("grpc-max-recv-bytes"), "--grpc-max-recv-bytes")
+			}},
+		{"ours over upstream", map[string]string{"GRPC_MAX_CONNECTION_AGE": "24h", "RLS_GRPC_MAX_CONNECTION_AGE": "1h"}, nil,
+			func(t *testing.T, c config) {
+				equal(t, "age", c.GRPCMaxConnAge, time.Hour)
+				equal(t, "upstream env", c.UpstreamEnv, false)
+			}},
+		{"zero means none", nil, []string{"--grpc-max-connection-idle", "0", "--grpc-max-concurrent-streams", "0",
+			"--http-write-timeout", "0s", "--http-max-conns", "0"},
+			func(t *testing.T, c config) {
+				equal(t, "conn idle", c.GRPCMaxConnIdle, time.Duration(0))
+				equal(t, "streams", c.GRPCMaxStreams, 0)
+				equal(t, "write", c.HTTPWriteTimeout, time.Duration(0))
+				equal(t, "http conns", c.HTTPMaxConns, 0)
+			}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			c, err := parseConfig(tt.args, envOf(tt.env), io.Discard)
+			if err != nil {
+				t.Fatal(err)
+			}
+			tt.check(t, c)
+		})
+	}
+}
+
+func TestBoundsErrorsNameTheFlag(t *testing.T) {
+	tests := []struct {
+		env  map[string]string
+		args []string
+		want string
+	}{
+		{nil, []string{"--http-read-timeout", "-1s"}, `--http-read-timeout: "-1s": want a duration of 0 or more`},
+		{nil, []string{"--http-idle-timeout", "soon"}, `--http-idle-timeout: "soon" is not a duration`},
+		{map[string]string{"RLS_HTTP_WRITE_TIMEOUT": "10"}, nil, `RLS_HTTP_WRITE_TIMEOUT: "10" is not a duration`},
+		{nil, []string{"--http-max-conns", "-5"}, `--http-max-conns: "-5": want a whole number of 0 or more`},
+		{nil, []string{"--debug-max-conns", "0"}, `--debug-max-conns: "0": want a positive whole number`},
+		{nil, []string{"--debug-keys-max", "0"}, `--debug-keys-max: "0": want a positive whole number`},
+		{nil, []string{"--debug-write-timeout", "0"}, `--debug-write-timeout: "0": want a positive duration`},
+		{nil, []string{"--debug-profile-max", "-1s"}, `--debug-profile-max: "-1s": want a positive duration`},
+		{nil, []string{"--grpc-keepalive-min-time", "0s"}, `--grpc-keepalive-min-time: "0s": want a positive duration`},
+		{map[string]string{"RLS_GRPC_KEEPALIVE_PERMIT_WITHOUT_STREAM": "yes"}, nil, `RLS_GRPC_KEEPALIVE_PERMIT_WITHOUT_STREAM: "yes" is not a boolean`},
+		{nil, []string{"--grpc-max-connection-idle", "-1m"}, `--grpc-max-connection-idle: "-1m"`},
+		{map[string]string{"GRPC_MAX_CONNECTION_AGE_GRACE": "-1s"}, nil, `GRPC_MAX_CONNECTION_AGE_GRACE: "-1s"`},
+		{nil, []string{"--grpc-max-concurrent-streams", "-1"}, `--grpc-max-concurrent-streams: "-1"`},
+		{nil, []string{"--grpc-max-recv-bytes", "0"}, `--grpc-max-recv-bytes: "0": want a positive whole number`},
+		{nil, []string{"--grpc-max-recv-bytes", "10MiB"}, `--grpc-max-recv-bytes: "10MiB"`},
+		{nil, []string{"--grpc-max-recv-bytes", "4294967296"}, `--grpc-max-recv-bytes: "4294967296"`},
+	}
+	for _, tt := range tests {
+		t.Run(tt.want, func(t *testing.T) {
+			_, err := parseConfig(tt.args, envOf(tt.env), io.Discard)
+			if err == nil {
+				t.Fatalf("no error, want %q", tt.want)
+			}
+			if !strings.Contains(err.Error(), tt.want) {
+				t.Errorf("error %q does not contain %q", err, tt.want)
+			}
+		})
+	}
+}
+
+func TestHTTPConnCap(t *testing.T) {
+	tests := []struct {
+		max    int
+		nofile uint64
+		want   int
+	}{
+		{1024, 1 << 20, 1024},
+		{1024, 1024, 256}, // a quarter of the descriptors at most
+		{0, 20000, 5000},  // 0: that quarter
+		{10, 20000, 10},
+		{5, 2, 1}, // never 0
+		{0, 0, 1024},
+		{50, 0, 50},
+	}
+	for _, tt := range tests {
+		if got := httpConnCap(tt.max, tt.nofile); got != tt.want {
+			t.Errorf("httpConnCap(%d, %d) = %d, want %d", tt.max, tt.nofile, got, tt.want)
+		}
+	}
+}
