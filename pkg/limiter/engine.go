@@ -111,6 +111,10 @@ type engine struct {
 	contended  map[string]*contention // keys other replicas need the shares of
 	contCursor string                 // where the contention feed is read from (sync loop only)
 	metrics    syncMetrics
+	started    int64 // local ns the sync loop started
+	// degradedUnits counts the units admitted in degraded mode.
+	degradedUnits atomic.Int64
+	outage        outage // the store's health as last logged (sync loop only)
 }
 
 // newEngine builds the credit engine of l's settings.
@@ -256,6 +260,7 @@ func (e *engine) degradedDecide(cs *creditState, rule *Rule, n int64, now int64)
 	e.activate(cs) // its admits are pushed on recovery
 	if rule.Tuning.OnStoreUnavailable == FailOpen {
 		cs.hits.Add(n)
+		e.degradedUnits.Add(n)
 		cs.share.spentElsewhere(cs.ws, n, e.storeNow(now))
 		return Result{Allowed: true, Limit: rule.Windows[0].Limit, Period: rule.Windows[0].Period, Mode: ModeDegraded}
 	}
@@ -292,6 +297,7 @@ func (e *engine) degradedDecide(cs *creditState, rule *Rule, n int64, now int64)
 		return res
 	}
 	cs.hits.Add(n)
+	e.degradedUnits.Add(n)
 	cs.share.spentElsewhere(cs.ws, n, e.storeNow(now))
 	return res
 }

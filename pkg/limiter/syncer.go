@@ -55,6 +55,7 @@ func (e *engine) storeNow(now int64) int64 { return now/1000 + e.offset.Load() }
 func (e *engine) runSync(ctx context.Context) {
 	t := time.NewTicker(tick)
 	defer t.Stop()
+	e.started = e.now()
 	e.heartbeat(ctx)
 	started := e.now()
 	lastBeat, lastRead := started, started
@@ -84,6 +85,7 @@ func (e *engine) runSync(ctx context.Context) {
 		}
 		e.syncRound(ctx)
 		e.slotRound(ctx)
+		e.watchHealth(e.now())
 	}
 }
 
