@@ -56,9 +56,7 @@ func (h *handler) failAnthropic(w http.ResponseWriter, status int, msg, typ stri
 func (h *handler) message(w http.ResponseWriter, status int, req *chatRequest, id uint64) {
 	reply := "This is a mock reply from " + req.Model + "."
 	pt, ct := promptTokens(req), tokens(len(reply))
-	hd := w.Header()
-	hd.Set("anthropic-ratelimit-requests-limit", "10000")
-	hd.Set("anthropic-ratelimit-requests-remaining", "9999")
+	okHeaders(w.Header(), anthropic)
 	writeJSON(w, status, map[string]any{
 		"id":            "msg_mock_" + strconv.FormatUint(id, 10),
 		"type":          "message",

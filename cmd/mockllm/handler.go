@@ -285,10 +285,7 @@ func (h *handler) fail(w http.ResponseWriter, status int, msg, typ, code string,
 func (h *handler) complete(w http.ResponseWriter, status int, req *chatRequest, id uint64) {
 	reply := "This is a mock reply from " + req.Model + "."
 	pt, ct := promptTokens(req), tokens(len(reply))
-	hd := w.Header()
-	hd.Set("x-ratelimit-limit-requests", "10000")
-	hd.Set("x-ratelimit-remaining-requests", "9999")
-	hd.Set("x-ratelimit-reset-requests", "6ms")
+	okHeaders(w.Header(), openAI)
 	writeJSON(w, status, map[string]any{
 		"id":      "chatcmpl-mock-" + strconv.FormatUint(id, 10),
 		"object":  "chat.completion",
@@ -301,6 +298,18 @@ func (h *handler) complete(w http.ResponseWriter, status int, req *chatRequest, 
 		}},
 		"usage": map[string]any{"prompt_tokens": pt, "completion_tokens": ct, "total_tokens": pt + ct},
 	})
+}
+
+// okHeaders sets the rate limit headers of a successful answer.
+func okHeaders(hd http.Header, d dialect) {
+	if d == anthropic {
+		hd.Set("anthropic-ratelimit-requests-limit", "10000")
+		hd.Set("anthropic-ratelimit-requests-remaining", "9999")
+		return
+	}
+	hd.Set("x-ratelimit-limit-requests", "10000")
+	hd.Set("x-ratelimit-remaining-requests", "9999")
+	hd.Set("x-ratelimit-reset-requests", "6ms")
 }
 
 // promptTokens estimates the prompt's tokens from its messages' roles and

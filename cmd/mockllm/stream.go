@@ -92,6 +92,7 @@ func (h *handler) stream(w http.ResponseWriter, r *http.Request, d dialect, req 
 		sh = &anthropicStream{id: "msg_mock_" + strconv.FormatUint(id, 10), model: req.Model, prompt: promptTokens(req)}
 	}
 	hd := w.Header()
+	okHeaders(hd, d)
 	hd.Set("content-type", "text/event-stream")
 	hd.Set("cache-control", "no-cache")
 	w.WriteHeader(http.StatusOK)

@@ -52,6 +52,7 @@ type sent struct {
 	deltas  int      // content chunks
 	readErr error    // how reading the body ended
 	raw     string
+	header  http.Header
 }
 
 // readStream reads a streamed answer through the llmusage parser in 7-byte
@@ -61,7 +62,7 @@ func readStream(t *testing.T, resp *http.Response) sent {
 	if resp.StatusCode != http.StatusOK || resp.Header.Get("content-type") != "text/event-stream" {
 		t.Fatalf("status %d, content-type %q", resp.StatusCode, resp.Header.Get("content-type"))
 	}
-	s := sent{p: new(llmusage.Parser)}
+	s := sent{p: new(llmusage.Parser), header: resp.Header}
 	var raw strings.Builder
 	_, s.readErr = io.CopyBuffer(io.MultiWriter(s.p, &raw), struct{ io.Reader }{resp.Body}, make([]byte, 7))
 	s.raw = raw.String()
@@ -154,6 +155,9 @@ func TestStreamAnthropic(t *testing.T) {
 	if s.readErr != nil || !s.p.Done() || s.p.Err() != nil {
 		t.Fatalf("read %v done %v err %v", s.readErr, s.p.Done(), s.p.Err())
 	}
+	if s.header.Get("anthropic-ratelimit-requests-remaining") == "" || s.header.Get("cache-control") != "no-cache" {
+		t.Errorf("headers %v", s.header)
+	}
 	want := []string{"message_start", "content_block_start", "ping", "content_block_delta", "content_block_delta",
 		"content_block_delta", "content_block_delta", "content_block_stop", "message_delta", "message_stop"}
 	if strings.Join(s.names, " ") != strings.Join(want, " ") || s.text != replyText(0, 100) {
@@ -244,6 +248,8 @@ func TestStreamFlushesAndStops(t *testing.T) {
 	defer srv.Close()
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
+	stop := time.AfterFunc(10*time.Second, cancel) // an unflushed event fails the read below, not the run
+	defer stop.Stop()
 	req, _ := http.NewRequestWithContext(ctx, http.MethodPost, srv.URL+messagesPath, strings.NewReader(streamMessages))
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
