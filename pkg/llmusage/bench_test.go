@@ -68,3 +68,25 @@ func BenchmarkParser(b *testing.B) {
 		})
 	}
 }
+
+// TestContentChunkAllocs: once its buffer has grown, a parser reads a
+// content chunk, in one piece or two, without allocating; only events it
+// decodes (usage, errors) allocate.
+func TestContentChunkAllocs(t *testing.T) {
+	for _, chunk := range []string{
+		openAIChunk + `"choices":[{"index":0,"delta":{"content":" the quick brown fox"},"logprobs":null,"finish_reason":null}],"usage":null}` + "\n\n",
+		"event: content_block_delta\r\n" + `data: {"type":"content_block_delta","index":0,"delta":{"type":"text_delta","text":" the quick brown fox"}}` + "\r\n\r\n",
+	} {
+		b := []byte(chunk)
+		var p Parser
+		p.Write(b)
+		half := len(b) / 2
+		allocs := testing.AllocsPerRun(100, func() {
+			p.Write(b[:half])
+			p.Write(b[half:])
+		})
+		if allocs != 0 {
+			t.Errorf("%v allocations for a content chunk %.30q…", allocs, chunk)
+		}
+	}
+}
