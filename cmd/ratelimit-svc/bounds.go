@@ -13,7 +13,8 @@ import (
 
 // bounds are what the service allows a client before it times out, sheds
 // or refuses it: HTTP timeouts and connection caps, gRPC keepalive, stream
-// and message bounds, and the debug pages' sizes. Each is a flag with an RLS_* variable and a default (boundFlags);
+// and message bounds, the debug key listing's size and the soft memory
+// limit. Each is a flag with an RLS_* variable and a default (boundFlags);
 // the zero value is no bound at all, so config always fills it from them.
 type bounds struct {
 	// HTTPReadTimeout, HTTPReadHeaderTimeout, HTTPWriteTimeout and
@@ -51,6 +52,8 @@ type bounds struct {
 	GRPCMaxStreams int
 	// GRPCMaxRecvBytes is the largest message the gRPC server reads.
 	GRPCMaxRecvBytes int
+	// MemoryLimit is --memory-limit: the runtime's soft memory limit.
+	MemoryLimit memoryLimit
 }
 
 // boundFlag is one bound's flag: its variable, default, help and parser.
@@ -94,6 +97,8 @@ var boundFlags = []boundFlag{
 		usage: "gRPC calls open at once on one connection; 0: no cap", parse: intOf(fStreams, 0)},
 	{name: "grpc-max-recv-bytes", env: "RLS_GRPC_MAX_RECV_BYTES", def: strconv.Itoa(10 << 20),
 		usage: "the largest gRPC message read (a buffered ext_proc body and its framing); larger ones fail RESOURCE_EXHAUSTED", parse: intOf(fRecvBytes, 1)},
+	{name: "memory-limit", env: "RLS_MEMORY_LIMIT", def: "auto",
+		usage: "soft memory limit: auto (GOMEMLIMIT, else 90% of the container's cgroup limit), off, or a size such as 512MiB", parse: parseMemoryFlag},
 }
 
 // The fields boundFlags set.
@@ -112,6 +117,10 @@ func fDebugConns(b *bounds) *int             { return &b.DebugMaxConns }
 func fDebugKeys(b *bounds) *int              { return &b.DebugKeysMax }
 func fStreams(b *bounds) *int                { return &b.GRPCMaxStreams }
 func fRecvBytes(b *bounds) *int              { return &b.GRPCMaxRecvBytes }
+func parseMemoryFlag(b *bounds, s string) (err error) {
+	b.MemoryLimit, err = parseMemoryLimit(s)
+	return err
+}
 
 // durationOf parses a duration of at least min (0 or 1ns) into field.
 func durationOf(field func(*bounds) *time.Duration, min time.Duration) func(*bounds, string) error {

@@ -28,6 +28,7 @@ func TestBoundsDefaults(t *testing.T) {
 	equal(t, "conn age grace", c.GRPCMaxConnAgeGrace, time.Duration(0))
 	equal(t, "streams", c.GRPCMaxStreams, 1024)
 	equal(t, "recv bytes", c.GRPCMaxRecvBytes, 10<<20)
+	equal(t, "memory", c.MemoryLimit, memoryLimit{})
 	equal(t, "upstream env", c.UpstreamEnv, false)
 }
 
@@ -40,17 +41,19 @@ func TestBoundsPrecedence(t *testing.T) {
 		args  []string
 		check func(*testing.T, config)
 	}{
-		{"env", map[string]string{"RLS_GRPC_MAX_RECV_BYTES": "2048", "RLS_HTTP_IDLE_TIMEOUT": "5s"}, nil,
+		{"env", map[string]string{"RLS_GRPC_MAX_RECV_BYTES": "2048", "RLS_HTTP_IDLE_TIMEOUT": "5s", "RLS_MEMORY_LIMIT": "off"}, nil,
 			func(t *testing.T, c config) {
 				equal(t, "recv bytes", c.GRPCMaxRecvBytes, 2048)
 				equal(t, "idle", c.HTTPIdleTimeout, 5*time.Second)
+				equal(t, "memory", c.MemoryLimit, memoryLimit{Off: true})
 				equal(t, "from", c.src("grpc-max-recv-bytes"), "RLS_GRPC_MAX_RECV_BYTES")
 			}},
 		{"flag over env", map[string]string{"RLS_GRPC_MAX_RECV_BYTES": "2048", "RLS_DEBUG_KEYS_MAX": "7"},
-			[]string{"--grpc-max-recv-bytes", "4096", "--grpc-keepalive-permit-without-stream=false"},
+			[]string{"--grpc-max-recv-bytes", "4096", "--memory-limit", "512MiB", "--grpc-keepalive-permit-without-stream=false"},
 			func(t *testing.T, c config) {
 				equal(t, "recv bytes", c.GRPCMaxRecvBytes, 4096)
 				equal(t, "debug keys", c.DebugKeysMax, 7)
+				equal(t, "memory", c.MemoryLimit, memoryLimit{Bytes: 512 << 20})
 				equal(t, "keepalive without stream", c.GRPCKeepaliveWithoutStream, false)
 				equal(t, "from", c.src("grpc-max-recv-bytes"), "--grpc-max-recv-bytes")
 			}},
@@ -101,6 +104,9 @@ func TestBoundsErrorsNameTheFlag(t *testing.T) {
 		{nil, []string{"--grpc-max-recv-bytes", "0"}, `--grpc-max-recv-bytes: "0": want a positive whole number`},
 		{nil, []string{"--grpc-max-recv-bytes", "10MiB"}, `--grpc-max-recv-bytes: "10MiB"`},
 		{nil, []string{"--grpc-max-recv-bytes", "4294967296"}, `--grpc-max-recv-bytes: "4294967296"`},
+		{map[string]string{"RLS_MEMORY_LIMIT": "1GB"}, nil, `RLS_MEMORY_LIMIT: "1GB": want auto, off, or a positive size`},
+		{nil, []string{"--memory-limit", "-1"}, `--memory-limit: "-1"`},
+		{nil, []string{"--memory-limit", "0"}, `--memory-limit: "0"`},
 	}
 	for _, tt := range tests {
 		t.Run(tt.want, func(t *testing.T) {

@@ -70,6 +70,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	for _, n := range cfg.Notes {
 		log.Warn(n)
 	}
+	defer applyMemoryLimit(cfg.MemoryLimit, cfg.src("memory-limit"), getenv, "/", log)()
 	headers, err := envoyapi.ParseHeaderMode(cfg.ResponseHeaders)
 	if err != nil {
 		return err
