@@ -125,7 +125,7 @@ func TestStreamOpenAIWithUsage(t *testing.T) {
 		t.Errorf("%d deltas %q", s.deltas, s.text)
 	}
 	prompt := promptOf(t, srv.URL, chatPath, streamChatUsed)
-	want := llmusage.Usage{Input: prompt, Output: 13, Total: prompt + 13, Seen: true} // 50 bytes ÷ 4, rounded up
+	want := llmusage.Usage{Input: prompt, Output: 13, Total: prompt + 13, Seen: true, Final: true} // 50 bytes ÷ 4, rounded up
 	if u := s.p.Usage(); u != want {
 		t.Errorf("usage %+v, want %+v", u, want)
 	}
@@ -164,7 +164,7 @@ func TestStreamAnthropic(t *testing.T) {
 		t.Errorf("events %v text %q", s.names, s.text)
 	}
 	prompt := promptOf(t, srv.URL, messagesPath, streamMessages)
-	if u := s.p.Usage(); u != (llmusage.Usage{Input: prompt, Output: 25, Total: prompt + 25, Seen: true}) {
+	if u := s.p.Usage(); u != (llmusage.Usage{Input: prompt, Output: 25, Total: prompt + 25, Seen: true, Final: true}) {
 		t.Errorf("usage %+v, prompt %d", u, prompt)
 	}
 }
@@ -211,7 +211,7 @@ func TestStreamCut(t *testing.T) {
 		if !errors.Is(s.readErr, io.ErrUnexpectedEOF) {
 			t.Errorf("%s: body ended with %v, want an unexpected EOF", c.path, s.readErr)
 		}
-		if s.deltas != 3 || s.p.Done() || s.p.Err() != nil || s.p.Usage().Output > 1 {
+		if s.deltas != 3 || s.p.Done() || s.p.Err() != nil || s.p.Usage().Output > 1 || s.p.Usage().Final {
 			t.Errorf("%s: deltas %d done %v err %v usage %+v", c.path, s.deltas, s.p.Done(), s.p.Err(), s.p.Usage())
 		}
 	}

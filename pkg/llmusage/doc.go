@@ -11,7 +11,8 @@
 //     (cache_creation_input_tokens, cache_read_input_tokens) are folded into
 //     Input and also kept apart; OpenAI's prompt_tokens already include
 //     cached tokens. Usage.Seen tells a report of zero tokens from no
-//     report at all.
+//     report at all, and Usage.Final a closing report from Anthropic's
+//     opening one, which knows the input but not the output.
 //   - ParseBody reads the usage of a whole (non-streamed) JSON response,
 //     refusing bodies above a caller-given size.
 //   - A Parser takes a stream in chunks of any split (mid-line, mid-CRLF,

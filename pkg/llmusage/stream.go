@@ -10,7 +10,7 @@ import (
 type Stats struct {
 	Events    int // events dispatched: ended by a blank line, with data
 	Oversized int // events skipped for being larger than MaxEvent
-	Malformed int // events whose data should have been JSON and was not
+	Malformed int // events whose data was not the JSON expected, or had counts < 0
 }
 
 // StreamError is an error event met in a stream, after the response
@@ -46,6 +46,7 @@ func (e *StreamError) Error() string {
 // streamState is what a Parser has learnt from its events.
 type streamState struct {
 	usage usageFields
+	final bool // a closing usage report was read
 	done  bool
 	err   *StreamError
 	stats Stats
@@ -55,8 +56,12 @@ type streamState struct {
 // when the request set stream_options.include_usage), or Anthropic's
 // message_start usage updated by each message_delta (whose counts are
 // cumulative). A stream cut before its usage gives a Usage with Seen
-// false.
-func (p *Parser) Usage() Usage { return p.st.usage.usage() }
+// false, or, for Anthropic, Seen without Final.
+func (p *Parser) Usage() Usage {
+	u := p.st.usage.usage()
+	u.Final = u.Seen && p.st.final
+	return u
+}
 
 // Done reports whether the stream's end marker arrived: OpenAI's
 // "data: [DONE]", Anthropic's message_stop, or a Responses API
@@ -162,7 +167,7 @@ func (p *Parser) decode(name []byte, isErr bool, data []byte) {
 			p.st.stats.Malformed++
 			return
 		}
-		p.addUsage(m.Usage)
+		p.addUsage(m.Usage, false)
 		return
 	case "message_stop":
 		p.st.done = true
@@ -170,7 +175,7 @@ func (p *Parser) decode(name []byte, isErr bool, data []byte) {
 	case "response.completed", "response.incomplete", "response.failed":
 		p.st.done = true
 		if ev.Response != nil {
-			p.addUsage(ev.Response.Usage)
+			p.addUsage(ev.Response.Usage, true)
 			if ev.Type == "response.failed" {
 				p.fail(newStreamError(name, data, &event{Error: ev.Response.Error}))
 			}
@@ -181,10 +186,11 @@ func (p *Parser) decode(name []byte, isErr bool, data []byte) {
 		p.fail(newStreamError(name, data, &ev))
 		return
 	}
-	p.addUsage(ev.Usage)
+	p.addUsage(ev.Usage, true)
 }
 
-func (p *Parser) addUsage(u *usageFields) {
+// addUsage merges a usage report; final says it is a closing one.
+func (p *Parser) addUsage(u *usageFields, final bool) {
 	if u == nil {
 		return
 	}
@@ -193,6 +199,7 @@ func (p *Parser) addUsage(u *usageFields) {
 		return
 	}
 	p.st.usage.merge(u)
+	p.st.final = p.st.final || final && u.seen()
 }
 
 func (p *Parser) fail(e *StreamError) {

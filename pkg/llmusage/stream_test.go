@@ -135,7 +135,7 @@ var streamCases = []struct {
 	want     summary
 }{
 	{"OpenAI with include_usage", openAIWithUsage, summary{
-		Usage: Usage{Input: 19, Output: 10, Total: 29, Seen: true}, Done: true, Stats: Stats{Events: 5}}},
+		Usage: Usage{Input: 19, Output: 10, Total: 29, Seen: true, Final: true}, Done: true, Stats: Stats{Events: 5}}},
 	{"OpenAI without usage", openAINoUsage, summary{Done: true, Stats: Stats{Events: 4}}},
 	{"OpenAI cut before usage", openAIWithUsage[:strings.Index(openAIWithUsage, `"choices":[]`)], summary{
 		Stats: Stats{Events: 3}}},
@@ -145,7 +145,7 @@ var streamCases = []struct {
 	{"OpenRouter numeric code after comments", openRouterError, summary{Stats: Stats{Events: 2}, Err: streamErr("", "", "502",
 		"Provider disconnected", openRouterError[strings.LastIndex(openRouterError, "data: ")+6:len(openRouterError)-2])}},
 	{"Anthropic", anthropicStream, summary{
-		Usage: Usage{Input: 472 + 100 + 2048, Output: 15, Total: 472 + 100 + 2048 + 15, CacheCreation: 100, CacheRead: 2048, Seen: true},
+		Usage: Usage{Input: 472 + 100 + 2048, Output: 15, Total: 472 + 100 + 2048 + 15, CacheCreation: 100, CacheRead: 2048, Seen: true, Final: true},
 		Done:  true, Stats: Stats{Events: 9}}},
 	{"Anthropic overloaded mid-stream", anthropicOverloaded, summary{
 		Usage: Usage{Input: 2620, Output: 2, Total: 2622, CacheCreation: 100, CacheRead: 2048, Seen: true},
@@ -156,7 +156,7 @@ var streamCases = []struct {
 		Usage: Usage{Input: 2620, Output: 2, Total: 2622, CacheCreation: 100, CacheRead: 2048, Seen: true},
 		Stats: Stats{Events: 4}}},
 	{"Responses API", responsesStream, summary{
-		Usage: Usage{Input: 36, Output: 87, Total: 123, Seen: true}, Done: true, Stats: Stats{Events: 3}}},
+		Usage: Usage{Input: 36, Output: 87, Total: 123, Seen: true, Final: true}, Done: true, Stats: Stats{Events: 3}}},
 	{"Responses API error", responsesError, summary{Stats: Stats{Events: 2}, Err: streamErr("error", "", "server_is_overloaded",
 		"Our servers are currently overloaded. Please try again later.",
 		responsesError[strings.LastIndex(responsesError, "data: ")+6:len(responsesError)-2])}},

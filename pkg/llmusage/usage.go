@@ -27,6 +27,13 @@ type Usage struct {
 	CacheCreation, CacheRead int64
 	// Seen reports that a usage report with at least one count was read.
 	Seen bool
+	// Final reports that the counts come from the response's closing
+	// report: a whole body's usage, OpenAI's usage chunk, Anthropic's
+	// message_delta, a Responses API response.completed. Anthropic's
+	// message_start alone gives Seen without Final: the input is known,
+	// the output is not, and a stream cut there generated an unknown
+	// number of tokens.
+	Final bool
 }
 
 // ErrTooLarge is returned for a body above the caller's limit.
@@ -58,7 +65,9 @@ func ParseBody(body []byte, maxBytes int) (Usage, error) {
 	if err := doc.Usage.validate(); err != nil {
 		return Usage{}, fmt.Errorf("response body: usage.%w", err)
 	}
-	return doc.Usage.usage(), nil
+	u := doc.Usage.usage()
+	u.Final = u.Seen
+	return u, nil
 }
 
 // count is a token count that may be absent.

@@ -14,26 +14,26 @@ func TestParseBody(t *testing.T) {
 	}{
 		{"OpenAI", `{"id":"chatcmpl-1","object":"chat.completion","choices":[{"index":0,"message":{"role":"assistant","content":"Hi"},"finish_reason":"stop"}],` +
 			`"usage":{"prompt_tokens":19,"completion_tokens":10,"total_tokens":29,"prompt_tokens_details":{"cached_tokens":12}}}`,
-			Usage{Input: 19, Output: 10, Total: 29, Seen: true}},
+			Usage{Input: 19, Output: 10, Total: 29, Seen: true, Final: true}},
 		{"OpenAI without total", `{"usage":{"prompt_tokens":19,"completion_tokens":10}}`,
-			Usage{Input: 19, Output: 10, Total: 29, Seen: true}},
+			Usage{Input: 19, Output: 10, Total: 29, Seen: true, Final: true}},
 		{"Anthropic", `{"id":"msg_01","type":"message","role":"assistant","content":[{"type":"text","text":"Hi"}],"stop_reason":"end_turn",` +
 			`"usage":{"input_tokens":472,"cache_creation_input_tokens":100,"cache_read_input_tokens":2048,"output_tokens":15,"service_tier":"standard"}}`,
-			Usage{Input: 2620, Output: 15, Total: 2635, CacheCreation: 100, CacheRead: 2048, Seen: true}},
+			Usage{Input: 2620, Output: 15, Total: 2635, CacheCreation: 100, CacheRead: 2048, Seen: true, Final: true}},
 		{"Anthropic without cache", `{"usage":{"input_tokens":10,"output_tokens":5}}`,
-			Usage{Input: 10, Output: 5, Total: 15, Seen: true}},
+			Usage{Input: 10, Output: 5, Total: 15, Seen: true, Final: true}},
 		{"prompt_tokens already count the cache", `{"usage":{"prompt_tokens":120,"completion_tokens":5,"total_tokens":125,"cache_read_input_tokens":100}}`,
-			Usage{Input: 120, Output: 5, Total: 125, CacheRead: 100, Seen: true}},
+			Usage{Input: 120, Output: 5, Total: 125, CacheRead: 100, Seen: true, Final: true}},
 		{"Responses API", `{"object":"response","usage":{"input_tokens":36,"output_tokens":87,"total_tokens":123}}`,
-			Usage{Input: 36, Output: 87, Total: 123, Seen: true}},
-		{"zero usage is seen", `{"usage":{"prompt_tokens":0,"completion_tokens":0,"total_tokens":0}}`, Usage{Seen: true}},
-		{"whole floats", `{"usage":{"prompt_tokens":1e2,"completion_tokens":5.0}}`, Usage{Input: 100, Output: 5, Total: 105, Seen: true}},
+			Usage{Input: 36, Output: 87, Total: 123, Seen: true, Final: true}},
+		{"zero usage is seen", `{"usage":{"prompt_tokens":0,"completion_tokens":0,"total_tokens":0}}`, Usage{Seen: true, Final: true}},
+		{"whole floats", `{"usage":{"prompt_tokens":1e2,"completion_tokens":5.0}}`, Usage{Input: 100, Output: 5, Total: 105, Seen: true, Final: true}},
 		{"no usage", `{"id":"x"}`, Usage{}},
 		{"null usage", `{"usage":null}`, Usage{}},
 		{"empty usage", `{"usage":{}}`, Usage{}},
 		{"null counts", `{"usage":{"prompt_tokens":null}}`, Usage{}},
 		{"saturates", `{"usage":{"input_tokens":9223372036854775807,"cache_read_input_tokens":5,"output_tokens":1}}`,
-			Usage{Input: math.MaxInt64, Output: 1, Total: math.MaxInt64, CacheRead: 5, Seen: true}},
+			Usage{Input: math.MaxInt64, Output: 1, Total: math.MaxInt64, CacheRead: 5, Seen: true, Final: true}},
 	}
 	for _, c := range cases {
 		got, err := ParseBody([]byte(c.body), 1<<20)
