@@ -3,9 +3,7 @@ package envoyapi
 import (
 	"context"
 	"log/slog"
-	"strconv"
 
-	extprocfilterv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/ext_proc/v3"
 	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
 
 	"github.com/ratelimit-svc/ratelimit-svc/pkg/policy"
@@ -21,9 +19,9 @@ type downstream struct {
 	ctx  context.Context
 	snap *policy.Snapshot
 
-	asked        string // x-resil-target as the client sent it
-	spoofed      bool   // the client sent x-resil-fallback-from itself
-	awaitingBody bool   // the decision waits for the buffered body
+	asked   string   // x-resil-target as the client sent it
+	spoofed bool     // the client sent x-resil-fallback-from itself
+	wait    bodyWait // the decision waits for the buffered body
 
 	root   *policy.Target // the requested target; nil when the request passes untouched
 	choice routing.Choice // the serving hop, its slot and rate decision
@@ -37,41 +35,29 @@ func (d *downstream) requestHeaders(req *extprocv3.ProcessingRequest, h *extproc
 	hs := headersOf(h)
 	d.asked, _ = hs.get(hdrTarget)
 	_, d.spoofed = hs.get(hdrFallbackFrom)
-	if !h.GetEndOfStream() && buffersBody(req.GetProtocolConfig().GetRequestBodyMode(), req.GetProtocolConfig() != nil) {
-		d.awaitingBody = true
+	if d.wait.begin(req, h) {
 		return headersResponse(false, nil), nil
 	}
 	return d.route(nil, false)
 }
 
-// buffersBody reports whether Envoy sends the request body whole. Without
-// a protocol_config the filter is taken to be configured as documented
-// for this role: BUFFERED.
-func buffersBody(m extprocfilterv3.ProcessingMode_BodySendMode, known bool) bool {
-	return !known || m == extprocfilterv3.ProcessingMode_BUFFERED || m == extprocfilterv3.ProcessingMode_BUFFERED_PARTIAL
-}
-
 // requestBody makes the decision on the buffered body; any other body
 // message (streamed chunks) passes untouched.
 func (d *downstream) requestBody(b *extprocv3.HttpBody) (*extprocv3.ProcessingResponse, error) {
-	if !d.awaitingBody {
-		return bodyResponse(false, nil), nil
-	}
-	d.awaitingBody = false
-	return d.route(b.GetBody(), true)
+	return d.wait.body(b, d.route)
 }
 
 // route resolves the requested target, walks its chain and answers the
 // message that completed the request: a routing mutation, a local reply,
 // or nothing for a request that is not ours.
 func (d *downstream) route(body []byte, inBody bool) (*extprocv3.ProcessingResponse, error) {
-	model, hasModel := findModel(body)
+	model, _ := findModel(body)
 	root := routing.Requested(d.snap, d.asked, model.value)
 	if root == nil {
 		d.x.metrics.verdict(d.ctx, roleDownstream, "passthrough")
 		return passResponse(inBody), nil
 	}
-	c, err := d.x.route.Choose(d.ctx, d.snap, root, nil)
+	c, err := d.x.route.Choose(d.ctx, d.snap, root, routing.Scope{})
 	if err != nil {
 		return nil, err
 	}
@@ -87,13 +73,13 @@ func (d *downstream) route(body []byte, inBody bool) (*extprocv3.ProcessingRespo
 		outcome = "fallback"
 	}
 	d.x.metrics.verdict(d.ctx, roleDownstream, outcome)
-	return d.forward(body, model, hasModel, inBody), nil
+	return d.forward(body, model, inBody), nil
 }
 
 // forward routes the request to the serving hop: x-resil-target always,
 // and, for a body naming another model than the hop's, the body with only
 // its model replaced and a content-length to match.
-func (d *downstream) forward(body []byte, model modelField, hasModel, inBody bool) *extprocv3.ProcessingResponse {
+func (d *downstream) forward(body []byte, model modelField, inBody bool) *extprocv3.ProcessingResponse {
 	hop := d.choice.Hop
 	var m mutation
 	m.put(hdrTarget, hop.Name)
@@ -102,16 +88,7 @@ func (d *downstream) forward(body []byte, model modelField, hasModel, inBody boo
 	} else if d.spoofed {
 		m.del(hdrFallbackFrom)
 	}
-	var newBody []byte
-	if inBody && hasModel && model.value != hop.Model {
-		newBody = model.withModel(body, hop.Model)
-		m.put(hdrContentLen, strconv.Itoa(len(newBody)))
-	}
-	cr := common(&m, newBody, d.asked != hop.Name)
-	if inBody {
-		return bodyResponse(false, cr)
-	}
-	return headersResponse(false, cr)
+	return routeAnswer(&m, body, model, hop.Model, "", inBody, d.asked != hop.Name)
 }
 
 // passResponse lets the message through unchanged.
@@ -140,19 +117,22 @@ func (d *downstream) responseHeaders(_ *extprocv3.ProcessingRequest, h *extprocv
 	return resp, nil
 }
 
-// fallbackFrom is the target a fallback served in place of: the
-// requested target when this role chose another hop, else what the
-// upstream role reports for a fallback within the request. Responses to
-// requests that are not ours never carry it.
+// fallbackFrom is the requested target when another hop served it: the
+// hop this role chose, or the one the upstream role names in the
+// response (x-resil-target) when an attempt moved within its cluster.
+// Responses to requests that are not ours never carry it.
 func (d *downstream) fallbackFrom(hs headerMap) string {
-	switch {
-	case d.root == nil:
+	if d.root == nil {
 		return ""
-	case d.choice.Hop != d.root:
-		return d.root.Name
 	}
-	v, _ := hs.get(hdrFallbackFrom)
-	return v
+	served, ok := hs.get(hdrTarget)
+	if !ok {
+		served = d.choice.Hop.Name
+	}
+	if served == d.root.Name {
+		return ""
+	}
+	return d.root.Name
 }
 
 // responseBody charges the tokens a buffered response reports to the

@@ -16,6 +16,7 @@ import (
 	"gopkg.in/yaml.v3"
 
 	"github.com/ratelimit-svc/ratelimit-svc/internal/envoyconf"
+	"github.com/ratelimit-svc/ratelimit-svc/pkg/resilience"
 
 	// The typed_config types envoy.yaml uses, so their Any values resolve.
 	_ "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/ratelimit/v3"
@@ -95,6 +96,9 @@ func TestEnvoyYAMLShape(t *testing.T) {
 		if role(ep) != "upstream" || !ep.GetAllowModeOverride() {
 			t.Errorf("cluster %s: upstream ext_proc role %q", c.GetName(), role(ep))
 		}
+		if m := ep.GetProcessingMode().GetRequestBodyMode(); m != extprocfilterv3.ProcessingMode_BUFFERED {
+			t.Errorf("cluster %s: upstream ext_proc request body %v: a retry cannot move to another model", c.GetName(), m)
+		}
 	}
 	for _, name := range []string{"ratelimit", "openai", "anthropic", "mock-llm"} {
 		if !clusters[name] {
@@ -121,10 +125,9 @@ func role(ep *extprocfilterv3.ExternalProcessor) string {
 	return ""
 }
 
-// TestEnvoyYAMLRetryPolicy checks that every route's retry policy reads the
-// headers the upstream role writes.
-func TestEnvoyYAMLRetryPolicy(t *testing.T) {
-	b := loadBootstrap(t)
+// routes decodes the listener's route configuration.
+func routes(t *testing.T, b *bootstrapv3.Bootstrap) []*routev3.Route {
+	t.Helper()
 	var hcmJSON []byte
 	for _, f := range b.GetStaticResources().GetListeners()[0].GetFilterChains()[0].GetFilters() {
 		hcmJSON, _ = protojson.Marshal(f.GetTypedConfig())
@@ -139,18 +142,29 @@ func TestEnvoyYAMLRetryPolicy(t *testing.T) {
 	if err := protojson.Unmarshal(doc.RouteConfig, &rc); err != nil {
 		t.Fatal(err)
 	}
-	for _, r := range rc.GetVirtualHosts()[0].GetRoutes() {
+	return rc.GetVirtualHosts()[0].GetRoutes()
+}
+
+// TestEnvoyYAMLRetryPolicy checks that every route's retry policy reads the
+// headers the upstream role writes, and honours a reset header as long as
+// the longest hint a profile waits for.
+func TestEnvoyYAMLRetryPolicy(t *testing.T) {
+	longest := max(resilience.Standard().MaxHintWait, resilience.Interactive().MaxHintWait)
+	for _, r := range routes(t, loadBootstrap(t)) {
 		rp := r.GetRoute().GetRetryPolicy()
 		if rp == nil {
 			t.Errorf("route %s has no retry policy", r.GetName())
 			continue
 		}
+		rl := rp.GetRateLimitedRetryBackOff()
 		ok := len(rp.GetRetriableHeaders()) > 0 && rp.GetRetriableHeaders()[0].GetName() == "x-resil-retry" &&
-			len(rp.GetRateLimitedRetryBackOff().GetResetHeaders()) > 0 &&
-			rp.GetRateLimitedRetryBackOff().GetResetHeaders()[0].GetName() == "x-resil-retry-after" &&
-			rp.GetRateLimitedRetryBackOff().GetResetHeaders()[0].GetFormat() == routev3.RetryPolicy_SECONDS
+			len(rl.GetResetHeaders()) > 0 && rl.GetResetHeaders()[0].GetName() == "x-resil-retry-after" &&
+			rl.GetResetHeaders()[0].GetFormat() == routev3.RetryPolicy_SECONDS
 		if !ok {
 			t.Errorf("route %s: retry policy %v does not read x-resil-retry and x-resil-retry-after", r.GetName(), rp)
+		}
+		if got := rl.GetMaxInterval().AsDuration(); got < longest {
+			t.Errorf("route %s: rate_limited_retry_back_off.max_interval %v: Envoy would ignore hints up to %v", r.GetName(), got, longest)
 		}
 	}
 }

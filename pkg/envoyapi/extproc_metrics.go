@@ -16,7 +16,10 @@ import (
 //
 // Downstream outcomes: served, fallback, passthrough (not a known target),
 // rate_limited, concurrency_limited, unavailable. Upstream outcomes:
-// success, retry (Envoy is asked to retry), failure, unknown_target.
+// success, retry (Envoy is asked to retry the target), fallback (to retry
+// at once on another hop of the cluster), failure, unknown_target, and
+// no_eligible_hop (a retry found no hop of its cluster that could serve,
+// and went as it was).
 type extProcMetrics struct {
 	verdicts metric.Int64Counter
 	attrs    sync.Map // label values → metric.MeasurementOption

@@ -54,6 +54,18 @@ targets:
     max_concurrent: 5000
   lone:
     cluster: lone
+  fast:
+    cluster: duo
+    model: duo-fast
+    max_concurrent: 3
+    retry_config: {num_retries: 1, profile: interactive}
+    fallback_models: [steady, tertiary]
+  steady:
+    cluster: duo
+    model: duo-steady
+    rate_limits: {algorithm: fixed_window, requests_per_minute: 100}
+    max_concurrent: 3
+    retry_config: {num_retries: 2, profile: standard}
 `
 
 // extRig serves the ext_proc server over a real loopback gRPC connection,

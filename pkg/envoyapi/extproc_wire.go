@@ -164,3 +164,50 @@ func bufferResponseBody() *extprocfilterv3.ProcessingMode {
 func attributeOf(req *extprocv3.ProcessingRequest, name string) string {
 	return req.GetAttributes()[attrNamespace].GetFields()[name].GetStringValue()
 }
+
+// bodyWait holds a role's routing decision until Envoy sends the buffered
+// request body, when it sends one.
+type bodyWait struct{ awaiting bool }
+
+// begin reports whether the decision waits for the body. Without a
+// protocol_config the filter is taken to be configured as shipped:
+// request body BUFFERED.
+func (w *bodyWait) begin(req *extprocv3.ProcessingRequest, h *extprocv3.HttpHeaders) bool {
+	pc := req.GetProtocolConfig()
+	m := pc.GetRequestBodyMode()
+	w.awaiting = !h.GetEndOfStream() && (pc == nil || m == extprocfilterv3.ProcessingMode_BUFFERED ||
+		m == extprocfilterv3.ProcessingMode_BUFFERED_PARTIAL)
+	return w.awaiting
+}
+
+// body routes on the awaited body; any other body message (streamed
+// chunks, or a body that was not awaited) passes untouched.
+func (w *bodyWait) body(b *extprocv3.HttpBody,
+	route func(body []byte, inBody bool) (*extprocv3.ProcessingResponse, error)) (*extprocv3.ProcessingResponse, error) {
+	if !w.awaiting {
+		return bodyResponse(false, nil), nil
+	}
+	w.awaiting = false
+	return route(b.GetBody(), true)
+}
+
+// routeAnswer answers the request message that completed a routing
+// decision: the mutation m, and for a buffered body that names another
+// model than the hop's, the body with only its model replaced. The
+// content-length matches the body sent: the new one, or the body itself
+// when contentLen, the header as it arrived ("" when unknown), does not.
+func routeAnswer(m *mutation, body []byte, model modelField, hopModel, contentLen string, inBody, clearRoute bool) *extprocv3.ProcessingResponse {
+	var newBody []byte
+	switch {
+	case inBody && len(model.spans) > 0 && model.value != hopModel:
+		newBody = model.withModel(body, hopModel)
+		m.put(hdrContentLen, strconv.Itoa(len(newBody)))
+	case inBody && contentLen != "" && contentLen != strconv.Itoa(len(body)):
+		m.put(hdrContentLen, strconv.Itoa(len(body)))
+	}
+	cr := common(m, newBody, clearRoute)
+	if inBody {
+		return bodyResponse(false, cr)
+	}
+	return headersResponse(false, cr)
+}

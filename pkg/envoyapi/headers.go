@@ -13,6 +13,7 @@ const (
 	hdrFallbackFrom = "x-resil-fallback-from"
 	hdrRetry        = "x-resil-retry"
 	hdrRetryAfter   = "x-resil-retry-after"
+	hdrFirstAttempt = "x-resil-first-attempt"
 	internalPrefix  = "x-resil-"
 
 	hdrLimit     = "x-ratelimit-limit"

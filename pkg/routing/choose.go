@@ -33,21 +33,36 @@ type Choice struct {
 // Release gives back what the serving hop holds until the request ends.
 func (c *Choice) Release() { c.Slot.Release() }
 
-// Keep selects the hops a walk may serve from; nil keeps every hop.
-type Keep func(t *policy.Target) bool
+// Scope narrows a walk. The zero Scope walks the whole chain.
+type Scope struct {
+	// Cluster keeps only the hops served by this Envoy cluster (an
+	// attempt cannot change its cluster); "" keeps every hop.
+	Cluster string
+	// Held names the hop the request is routed to already, admitted when
+	// it was routed: it is asked only its breakers and takes no slot or
+	// rate again.
+	Held string
+}
+
+// keeps reports whether t may serve within the scope.
+func (s Scope) keeps(t *policy.Target) bool {
+	return t != nil && (s.Cluster == "" || t.Cluster == s.Cluster)
+}
 
 // Choose walks root's fallback chain depth first and takes the first hop
-// that keep allows and whose breakers, concurrency cap, rate limit and
-// token budget all admit it. A hop keep refuses is skipped as
-// ineligible. The error is the limiter's, or ctx's when it ended during
-// the walk.
-func (r *Router) Choose(ctx context.Context, snap *policy.Snapshot, root *policy.Target, keep Keep) (Choice, error) {
+// within scope whose breakers, concurrency cap, rate limit and token
+// budget all admit it. A hop outside the scope is skipped as ineligible.
+// The error is the limiter's, or ctx's when it ended during the walk.
+func (r *Router) Choose(ctx context.Context, snap *policy.Snapshot, root *policy.Target, scope Scope) (Choice, error) {
 	var c Choice
 	var failure error
 	c.Walk = resilience.Walk(ctx, chain(snap, root), func(_ context.Context, name string) resilience.HopResult {
 		t := snap.Target(name)
-		if t == nil || (keep != nil && !keep(t)) {
+		if !scope.keeps(t) {
 			return resilience.Skipped(resilience.SkipIneligible)
+		}
+		if name == scope.Held {
+			return r.admitHeld(&c, t)
 		}
 		res, err := r.admit(&c, t)
 		if err != nil {
@@ -106,6 +121,17 @@ func (r *Router) admit(c *Choice, t *policy.Target) (resilience.HopResult, error
 	}
 	c.Hop, c.Slot = t, slot
 	return res, nil
+}
+
+// admitHeld checks a hop the request holds already: its breakers alone.
+func (r *Router) admitHeld(c *Choice, t *policy.Target) resilience.HopResult {
+	if br := r.deps.Breakers; br != nil {
+		if a := br.Allow(BreakerTarget(t)); !a.Allowed {
+			return breakerSkip(a)
+		}
+	}
+	c.Hop = t
+	return resilience.Served()
 }
 
 func breakerSkip(a resilience.Admission) resilience.HopResult {

@@ -1,6 +1,8 @@
 package routing
 
 import (
+	"time"
+
 	"github.com/ratelimit-svc/ratelimit-svc/pkg/limiter"
 	"github.com/ratelimit-svc/ratelimit-svc/pkg/policy"
 	"github.com/ratelimit-svc/ratelimit-svc/pkg/resilience"
@@ -28,25 +30,59 @@ func RetryPolicy(t *policy.Target) *resilience.Policy {
 	return p
 }
 
-// Plan decides what follows attempt number attempt (1 for the first) on
-// t that ended with verdict v: t's retry policy, with alternative set
-// when another hop could serve the request now (see Alternative), which
-// an interactive target prefers to waiting.
-func (r *Router) Plan(t *policy.Target, v resilience.Verdict, attempt int, alternative bool) resilience.Step {
-	return RetryPolicy(t).Plan(v, resilience.Attempt{
-		Retries: max(attempt-1, 0), Now: r.deps.Now(), HasAlternative: alternative,
-	})
+// Next is what follows an attempt on a target.
+type Next struct {
+	// Step is the decision of the target's retry policy.
+	Step resilience.Step
+	// Retry asks for another attempt: on the same target after the
+	// verdict's hint (or Envoy's backoff) when Alternative is nil, else
+	// at once, on Alternative.
+	Retry bool
+	// Alternative is the hop the next attempt moves to when the step
+	// fails over and one is eligible within the scope; nil otherwise.
+	Alternative *policy.Target
+	// SkipFor is how long requests skip the target: the step's skip, and
+	// for a move to Alternative at least the wait a retry of the target
+	// would have needed, so the next attempt's walk passes it by.
+	SkipFor time.Duration
 }
 
-// Alternative reports the first hop of root's chain, other than the
-// target named current, that keep allows and that could serve now: its
-// breakers admit it, its concurrency cap has room, and its rate limit
-// and token budget have a unit left. It takes nothing (no probe, slot or
-// charge); a limiter error counts as not eligible.
-func (r *Router) Alternative(snap *policy.Snapshot, root *policy.Target, current string, keep Keep) (*policy.Target, bool) {
+// Next plans what follows an attempt on t that ended with verdict v.
+// retries counts the attempts t made for this request before this one;
+// root is the target the request asked for (nil: t alone), whose chain,
+// within scope, offers the alternatives an interactive target prefers
+// to waiting, and that any target fails over to once it may not retry.
+func (r *Router) Next(snap *policy.Snapshot, root, t *policy.Target, v resilience.Verdict, retries int, scope Scope) Next {
+	var alt *policy.Target
+	if v.Failed() && v.Failover && root != nil {
+		alt, _ = r.Alternative(snap, root, t.Name, scope)
+	}
+	p := RetryPolicy(t)
+	step := p.Plan(v, resilience.Attempt{Retries: retries, Now: r.deps.Now(), HasAlternative: alt != nil})
+	n := Next{Step: step, SkipFor: step.SkipFor}
+	switch {
+	case step.Action == resilience.ActionRetry:
+		n.Retry = true
+	case step.Action == resilience.ActionFailover && alt != nil:
+		n.Retry, n.Alternative = true, alt
+		wait := p.Backoff(retries)
+		if v.HasHint {
+			wait = max(wait, min(v.Hint, resilience.MaxSkip))
+		}
+		n.SkipFor = max(n.SkipFor, wait)
+	}
+	return n
+}
+
+// Alternative reports the first hop of root's chain within scope, other
+// than the target named current, that could serve now: its breakers
+// admit it, its concurrency cap has room, and its rate limit and token
+// budget have a unit left. It takes nothing (no probe, slot or charge);
+// a limiter error counts as not eligible.
+func (r *Router) Alternative(snap *policy.Snapshot, root *policy.Target, current string, scope Scope) (*policy.Target, bool) {
 	for _, name := range chain(snap, root) {
 		t := snap.Target(name)
-		if name == current || t == nil || (keep != nil && !keep(t)) {
+		if name == current || !scope.keeps(t) {
 			continue
 		}
 		if r.eligible(t) {

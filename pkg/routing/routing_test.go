@@ -70,7 +70,7 @@ func (g *rig) target(name string) *policy.Target {
 	return t
 }
 
-func (g *rig) choose(root string, keep routing.Keep) routing.Choice {
+func (g *rig) choose(root string, keep routing.Scope) routing.Choice {
 	g.t.Helper()
 	c, err := g.r.Choose(context.Background(), g.snap, g.target(root), keep)
 	if err != nil {
@@ -89,7 +89,7 @@ func (g *rig) openBreaker(name string) {
 // spend takes primary's two requests of the minute.
 func (g *rig) spendPrimary() {
 	for range 2 {
-		c := g.choose("primary", nil)
+		c := g.choose("primary", routing.Scope{})
 		if c.Hop == nil || c.Hop.Name != "primary" {
 			g.t.Fatalf("primary not served: %+v", c.Walk.Hops)
 		}
@@ -124,7 +124,7 @@ var (
 
 func TestChooseServesRequestedTarget(t *testing.T) {
 	g := newRig(t)
-	c := g.choose("primary", nil)
+	c := g.choose("primary", routing.Scope{})
 	wantHops(t, c, hop{"primary", served, ""})
 	if c.Hop.Name != "primary" || c.Rate.Limit != 2 || c.Rate.Remaining != 1 {
 		t.Errorf("hop %v rate %+v, want primary with 1 of 2 left", c.Hop, c.Rate)
@@ -142,28 +142,32 @@ func TestChooseWalkReasons(t *testing.T) {
 	cases := []struct {
 		name  string
 		setup func(g *rig)
-		keep  routing.Keep
+		scope routing.Scope
 		want  []hop
 	}{
-		{"breaker open", func(g *rig) { g.openBreaker("primary") }, nil,
+		{"breaker open", func(g *rig) { g.openBreaker("primary") }, routing.Scope{},
 			[]hop{{"primary", skip, resilience.SkipBreakerOpen}, {"secondary", served, ""}}},
-		{"rate limited", (*rig).spendPrimary, nil,
+		{"rate limited", (*rig).spendPrimary, routing.Scope{},
 			[]hop{{"primary", skip, resilience.SkipRateLimited}, {"secondary", served, ""}}},
-		{"concurrency full", func(g *rig) { g.choose("primary", nil) }, nil,
+		{"concurrency full", func(g *rig) { g.choose("primary", routing.Scope{}) }, routing.Scope{},
 			[]hop{{"primary", skip, resilience.SkipConcurrencyLimited}, {"secondary", served, ""}}},
 		{"token budget spent", func(g *rig) {
 			g.openBreaker("primary")
 			if err := g.r.ChargeTokens(g.target("secondary"), 150); err != nil {
 				g.t.Fatal(err)
 			}
-		}, nil, []hop{{"primary", skip, resilience.SkipBreakerOpen}, {"secondary", skip, routing.SkipTokenLimited},
+		}, routing.Scope{}, []hop{{"primary", skip, resilience.SkipBreakerOpen}, {"secondary", skip, routing.SkipTokenLimited},
 			{"deep", served, ""}}},
-		{"other cluster", nil, func(t *policy.Target) bool { return t.Cluster == "gamma" },
+		{"other cluster", nil, routing.Scope{Cluster: "gamma"},
 			[]hop{{"primary", skip, resilience.SkipIneligible}, {"secondary", skip, resilience.SkipIneligible},
 				{"deep", skip, resilience.SkipIneligible}, {"tertiary", served, ""}}},
 		{"hint skip", func(g *rig) {
 			g.reg.Record(routing.BreakerTarget(g.target("primary")), resilience.Verdict{Class: resilience.ClassRate, SkipFor: time.Hour})
-		}, nil, []hop{{"primary", skip, resilience.SkipRateLimited}, {"secondary", served, ""}}},
+		}, routing.Scope{}, []hop{{"primary", skip, resilience.SkipRateLimited}, {"secondary", served, ""}}},
+		{"held hop asks its breakers only", (*rig).spendPrimary, routing.Scope{Held: "primary"},
+			[]hop{{"primary", served, ""}}},
+		{"held hop with its breaker open", func(g *rig) { g.openBreaker("primary") }, routing.Scope{Held: "primary"},
+			[]hop{{"primary", skip, resilience.SkipBreakerOpen}, {"secondary", served, ""}}},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -171,7 +175,7 @@ func TestChooseWalkReasons(t *testing.T) {
 			if c.setup != nil {
 				c.setup(g)
 			}
-			wantHops(t, g.choose("primary", c.keep), c.want...)
+			wantHops(t, g.choose("primary", c.scope), c.want...)
 		})
 	}
 }
@@ -181,7 +185,7 @@ func TestChooseWalkReasons(t *testing.T) {
 func TestRefusedHopConsumesNothing(t *testing.T) {
 	g := newRig(t)
 	g.spendPrimary()
-	c := g.choose("primary", nil)
+	c := g.choose("primary", routing.Scope{})
 	if c.Hop.Name != "secondary" {
 		t.Fatalf("hop %s, want secondary", c.Hop.Name)
 	}
@@ -190,10 +194,10 @@ func TestRefusedHopConsumesNothing(t *testing.T) {
 	}
 	g.clk.Advance(time.Minute)
 	g.openBreaker("primary")
-	g.choose("primary", nil)
+	g.choose("primary", routing.Scope{})
 	g.reg = resilience.NewRegistry() // breakers closed again
 	g.r = routing.New(routing.Deps{Limits: g.lim, Slots: g.lim, Breakers: g.reg, Now: g.clk.Now})
-	c = g.choose("primary", nil)
+	c = g.choose("primary", routing.Scope{})
 	if c.Hop.Name != "primary" || c.Rate.Remaining != 1 {
 		t.Errorf("hop %s rate %+v: the skipped walk spent primary's rate", c.Hop.Name, c.Rate)
 	}
@@ -228,7 +232,7 @@ func TestRefusal(t *testing.T) {
 			}
 		}, 429, "tokens", "rate_limit_exceeded", "rate_limited", 30 * time.Second, true},
 		{"concurrency", func(g *rig) {
-			g.choose("primary", nil)
+			g.choose("primary", routing.Scope{})
 			for _, n := range []string{"secondary", "deep", "tertiary"} {
 				g.openBreaker(n)
 			}
@@ -238,7 +242,7 @@ func TestRefusal(t *testing.T) {
 		t.Run(c.name, func(t *testing.T) {
 			g := newRig(t)
 			c.setup(g)
-			ch := g.choose("primary", nil)
+			ch := g.choose("primary", routing.Scope{})
 			if ch.Hop != nil {
 				t.Fatalf("served by %s", ch.Hop.Name)
 			}
@@ -279,7 +283,7 @@ func TestNilDepsServeEverything(t *testing.T) {
 	g := newRig(t)
 	r := routing.New(routing.Deps{})
 	for range 5 {
-		c, err := r.Choose(context.Background(), g.snap, g.target("primary"), nil)
+		c, err := r.Choose(context.Background(), g.snap, g.target("primary"), routing.Scope{})
 		if err != nil || c.Hop == nil || c.Hop.Name != "primary" {
 			t.Fatalf("choice %+v, %v", c.Walk.Hops, err)
 		}
@@ -293,7 +297,7 @@ func TestChooseCanceled(t *testing.T) {
 	g := newRig(t)
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
-	if _, err := g.r.Choose(ctx, g.snap, g.target("primary"), nil); err == nil {
+	if _, err := g.r.Choose(ctx, g.snap, g.target("primary"), routing.Scope{}); err == nil {
 		t.Fatal("a canceled walk returned no error")
 	}
 }
