@@ -61,7 +61,10 @@
 //
 // Memory. Keys whose state has returned to "fresh" (their windows passed,
 // their bucket refilled, no credit held) are evicted by Run, so memory is
-// bounded by the keys active within their windows, not by every key seen.
+// bounded by the keys active within their windows, not by every key seen;
+// the table's maps are rebuilt for the keys left, so a spike's memory is
+// returned. At most WithMaxKeys keys are held: at the bound a charge of a
+// key not held is denied (ModeFull), never admitted untracked.
 //
 // Concurrency. A Limiter is safe for concurrent use. Keys live in a sharded
 // table whose lookups take no lock once a key is published to its shard's

@@ -22,10 +22,11 @@ const (
 	ModeCold                 // after the key's first sync
 	ModeOverrun              // the store was slow: admitted from held-back credit
 	ModeDegraded             // the store is unreachable: fail-static or fail-open
+	ModeFull                 // the key table is full: a key not held is refused (WithMaxKeys)
 	modeCount
 )
 
-var modeNames = [modeCount]string{"local", "sync", "cold", "overrun", "degraded"}
+var modeNames = [modeCount]string{"local", "sync", "cold", "overrun", "degraded", "full"}
 
 // String names the mode as metrics label it.
 func (m Mode) String() string {
@@ -37,7 +38,7 @@ func (m Mode) String() string {
 
 // Stats are the engine's counters since start.
 type Stats struct {
-	// Decisions by mode: sync, cold, overrun, degraded. Decisions made
+	// Decisions by mode: sync, cold, overrun, degraded, full. Decisions made
 	// from local state are not counted here (the hot path stays free of
 	// shared writes); the RLS metrics count every decision by mode.
 	Decisions map[string]uint64

@@ -76,7 +76,9 @@ type Limiter struct {
 	keys  *table
 	conc  concurrency
 	stats stats
-	eng   *engine  // the credit engine; nil: local-only
+	eng   *engine // the credit engine; nil: local-only
+	// full asks Run to sweep now: the table refused a key (WithMaxKeys).
+	full  chan struct{}
 	setup struct { // the engine's options, until New builds it
 		store   Store
 		replica string
@@ -96,6 +98,25 @@ func WithClock(c Clock) Option { return func(l *Limiter) { l.clk.clock = c } }
 // WithLogger sets the logger; the default discards.
 func WithLogger(log *slog.Logger) Option { return func(l *Limiter) { l.log = log } }
 
+// defaultMaxKeys is the number of keys a Limiter holds unless WithMaxKeys
+// says otherwise: about 0.5 GB of key state.
+const defaultMaxKeys = 1_000_000
+
+// WithMaxKeys bounds the keys a Limiter holds (default 1 000 000; n ≤ 0
+// keeps the default). At the bound, a request that would charge a key not
+// held is denied, its Mode ModeFull and its RetryAfter the sweep interval,
+// rather than admitted untracked: a key's limit is never exceeded because
+// the table is full. Checks and refunds of such keys are allowed and keep
+// nothing. Run then sweeps at once and logs a warning at most once a
+// sweep interval. The bound is soft by the decisions in flight.
+func WithMaxKeys(n int) Option {
+	return func(l *Limiter) {
+		if n > 0 {
+			l.keys.max = int64(n)
+		}
+	}
+}
+
 // WithSweepInterval sets how often Run evicts fresh keys (default 10 s).
 func WithSweepInterval(d time.Duration) Option { return func(l *Limiter) { l.sweep = d } }
 
@@ -107,6 +128,7 @@ func New(opts ...Option) *Limiter {
 		log:   slog.New(slog.DiscardHandler),
 		sweep: 10 * time.Second,
 		keys:  newTable(),
+		full:  make(chan struct{}, 1),
 	}
 	for _, o := range opts {
 		o(l)
@@ -132,10 +154,18 @@ func (l *Limiter) Run(ctx context.Context) error {
 	}
 	t := time.NewTicker(l.sweep)
 	defer t.Stop()
+	var warned time.Time
 	for {
 		select {
 		case <-ctx.Done():
 			return nil
+		case <-l.full:
+			n := l.Sweep()
+			if time.Since(warned) >= l.sweep {
+				warned = time.Now()
+				l.log.Warn("key table full: requests for keys not held are denied until keys are evicted",
+					"max_keys", l.keys.max, "evicted", n, "live", l.Keys(), "refused_so_far", l.stats.modes[ModeFull].Load())
+			}
 		case <-t.C:
 			if l.clk.sys != nil {
 				l.clk.sys.anchor()
@@ -193,6 +223,10 @@ func (l *Limiter) decideOne(res *Result, r *Request, now int64, dry bool) {
 	if hits == 0 && r.Op == Charge {
 		hits = 1
 	}
+	if l.keys.full() && l.keys.get(r.Key) == nil {
+		l.refuseNew(res, r, dry)
+		return
+	}
 	if eng := l.eng; eng != nil && !r.Rule.Tuning.localOnly() {
 		eng.creditDecide(res, eng.creditFor(r.Key, r.Rule, now), r, hits, now, dry)
 		if !dry && !res.Allowed && r.Op == Charge && r.Rule.AlwaysCharge {
@@ -221,6 +255,25 @@ func (l *Limiter) decideOne(res *Result, r *Request, now int64, dry bool) {
 		}
 	}
 	l.finish(res, e, r.Rule, now, wt == 0, wt)
+}
+
+// refuseNew decides a request for a key the full table does not hold,
+// keeping nothing: a charge is denied until the next sweep may make
+// room, a check or a refund is allowed (the key is as good as new).
+func (l *Limiter) refuseNew(res *Result, r *Request, dry bool) {
+	w := r.Rule.Windows[0]
+	*res = Result{Allowed: true, Limit: w.Limit, Period: w.Period, Remaining: w.Limit, Mode: ModeFull}
+	if r.Op != Charge {
+		return
+	}
+	res.Allowed, res.Remaining, res.RetryAfter, res.Reset = false, 0, l.sweep, l.sweep
+	if !dry {
+		l.stats.modes[ModeFull].Add(1)
+		select {
+		case l.full <- struct{}{}:
+		default:
+		}
+	}
 }
 
 // waitAll is the longest wait over the rule's windows for n units.
@@ -285,70 +338,6 @@ func (l *Limiter) rollback(reqs []Request, out []Result, now int64) {
 		l.finish(&out[i], e, r.Rule, now, true, 0)
 		e.mu.Unlock()
 	}
-}
-
-// KeyState is an operator's view of one key (for /debug/keys). Windows
-// are the local state, or for a shared key the store's view at its last
-// sync.
-type KeyState struct {
-	Key       string       `json:"key"`
-	Algorithm string       `json:"algorithm"`
-	Windows   []WinView    `json:"windows"`
-	Shared    *SharedState `json:"shared,omitempty"`
-}
-
-// SharedState is the replica's side of a key shared through the store.
-type SharedState struct {
-	Credit  int64  `json:"credit"`          // units admissible without asking
-	Pending int64  `json:"pending_hits"`    // admitted, not yet pushed
-	Others  uint64 `json:"others_reserved"` // other replicas' reservations
-}
-
-// WinView is one window of a KeyState.
-type WinView struct {
-	Limit     uint64        `json:"limit"`
-	Period    time.Duration `json:"period_ns"`
-	Used      uint64        `json:"used"`
-	Prev      uint64        `json:"previous,omitempty"`
-	Start     int64         `json:"window_start_unix_ns,omitempty"`
-	TAT       int64         `json:"tat_unix_ns,omitempty"`
-	Remaining uint64        `json:"remaining"`
-}
-
-// Snapshot returns the state of up to limit keys starting with prefix.
-func (l *Limiter) Snapshot(prefix string, limit int) []KeyState {
-	var out []KeyState
-	now := l.now()
-	l.keys.each(prefix, func(e *entry) {
-		if len(out) >= limit {
-			return
-		}
-		ks := KeyState{Key: e.key, Algorithm: e.rule.Algorithm.String()}
-		counters, at, unit := e.counters, now, int64(1)
-		if cs := e.cs.Load(); cs != nil {
-			ks.Shared = &SharedState{Credit: cs.credit.Load(), Pending: cs.hits.Load()}
-			counters = make([]WindowState, len(e.rule.Windows))
-			if v := cs.view.Load(); v != nil {
-				ks.Shared.Others = v.others
-				copy(counters, v.windows)
-			}
-			at, unit = l.eng.storeNow(now), 1000 // the view counts in µs
-		}
-		for i, w := range e.rule.Windows {
-			c := counters[i]
-			sw := w
-			sw.Period /= time.Duration(unit)
-			c.Roll(sw, at)
-			v := WinView{Limit: w.Limit, Period: w.Period, TAT: c.TAT * unit,
-				Remaining: c.Remaining(sw, e.rule.Algorithm, at)}
-			if e.rule.Algorithm != TokenBucket {
-				v.Used, v.Prev, v.Start, v.TAT = c.Cur, c.Prev, c.Epoch*int64(w.Period), 0
-			}
-			ks.Windows = append(ks.Windows, v)
-		}
-		out = append(out, ks)
-	})
-	return out
 }
 
 // String describes the limiter for logs.

@@ -25,7 +25,11 @@ type table struct {
 	seed   maphash.Seed
 	shards [shardCount]shard
 	size   atomic.Int64
+	max    int64 // the most keys held; the bound is soft by the decisions in flight
 }
+
+// full reports whether the table holds its most keys.
+func (t *table) full() bool { return t.size.Load() >= t.max }
 
 // promoteMin is how many lookups of dirty keys a shard takes under its
 // mutex before it merges them into the read map, however small it is.
@@ -55,7 +59,7 @@ type entry struct {
 }
 
 func newTable() *table {
-	t := &table{seed: maphash.MakeSeed()}
+	t := &table{seed: maphash.MakeSeed(), max: defaultMaxKeys}
 	for i := range t.shards {
 		s := &t.shards[i]
 		s.read.Store(&map[uint64]*entry{})
@@ -127,7 +131,20 @@ func (s *shard) missed() {
 // publish makes the live entries of maps the read map, leaving in the
 // dirty map only the keys whose hash clashes. s.mu must be held.
 func (s *shard) publish(read map[uint64]*entry, dirty map[string]*entry) {
-	merged := make(map[uint64]*entry, len(read)+len(dirty))
+	live := 0
+	for _, e := range read {
+		if !e.dead.Load() {
+			live++
+		}
+	}
+	for _, e := range dirty {
+		if !e.dead.Load() {
+			live++
+		}
+	}
+	// Sized for the live keys: maps never shrink, so a map built after a
+	// sweep is how the memory of swept keys is returned.
+	merged := make(map[uint64]*entry, live)
 	for h, e := range read {
 		if !e.dead.Load() {
 			merged[h] = e
