@@ -2,7 +2,6 @@ package main
 
 import (
 	"io"
-	"strings"
 	"testing"
 	"time"
 )
@@ -35,12 +34,7 @@ func TestBoundsDefaults(t *testing.T) {
 // TestBoundsPrecedence: a flag wins over our variable, which wins over
 // envoyproxy/ratelimit's; our bound variables count as our environment.
 func TestBoundsPrecedence(t *testing.T) {
-	tests := []struct {
-		name  string
-		env   map[string]string
-		args  []string
-		check func(*testing.T, config)
-	}{
+	testConfigs(t, []configCase{
 		{"env", map[string]string{"RLS_GRPC_MAX_RECV_BYTES": "2048", "RLS_HTTP_IDLE_TIMEOUT": "5s", "RLS_MEMORY_LIMIT": "off"}, nil,
 			func(t *testing.T, c config) {
 				equal(t, "recv bytes", c.GRPCMaxRecvBytes, 2048)
@@ -70,24 +64,11 @@ func TestBoundsPrecedence(t *testing.T) {
 				equal(t, "write", c.HTTPWriteTimeout, time.Duration(0))
 				equal(t, "http conns", c.HTTPMaxConns, 0)
 			}},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			c, err := parseConfig(tt.args, envOf(tt.env), io.Discard)
-			if err != nil {
-				t.Fatal(err)
-			}
-			tt.check(t, c)
-		})
-	}
+	})
 }
 
 func TestBoundsErrorsNameTheFlag(t *testing.T) {
-	tests := []struct {
-		env  map[string]string
-		args []string
-		want string
-	}{
+	testConfigErrors(t, []configError{
 		{nil, []string{"--http-read-timeout", "-1s"}, `--http-read-timeout: "-1s": want a duration of 0 or more`},
 		{nil, []string{"--http-idle-timeout", "soon"}, `--http-idle-timeout: "soon" is not a duration`},
 		{map[string]string{"RLS_HTTP_WRITE_TIMEOUT": "10"}, nil, `RLS_HTTP_WRITE_TIMEOUT: "10" is not a duration`},
@@ -107,18 +88,7 @@ func TestBoundsErrorsNameTheFlag(t *testing.T) {
 		{map[string]string{"RLS_MEMORY_LIMIT": "1GB"}, nil, `RLS_MEMORY_LIMIT: "1GB": want auto, off, or a positive size`},
 		{nil, []string{"--memory-limit", "-1"}, `--memory-limit: "-1"`},
 		{nil, []string{"--memory-limit", "0"}, `--memory-limit: "0"`},
-	}
-	for _, tt := range tests {
-		t.Run(tt.want, func(t *testing.T) {
-			_, err := parseConfig(tt.args, envOf(tt.env), io.Discard)
-			if err == nil {
-				t.Fatalf("no error, want %q", tt.want)
-			}
-			if !strings.Contains(err.Error(), tt.want) {
-				t.Errorf("error %q does not contain %q", err, tt.want)
-			}
-		})
-	}
+	})
 }
 
 func TestHTTPConnCap(t *testing.T) {

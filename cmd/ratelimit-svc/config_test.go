@@ -11,13 +11,50 @@ func envOf(kv map[string]string) func(string) string {
 	return func(k string) string { return kv[k] }
 }
 
+// configCase is a configuration parsed from env and args, and what it must
+// hold.
+type configCase struct {
+	name  string
+	env   map[string]string
+	args  []string
+	check func(*testing.T, config)
+}
+
+func testConfigs(t *testing.T, tests []configCase) {
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			c, err := parseConfig(tt.args, envOf(tt.env), io.Discard)
+			if err != nil {
+				t.Fatal(err)
+			}
+			tt.check(t, c)
+		})
+	}
+}
+
+// configError is a bad configuration and what its error must say.
+type configError struct {
+	env  map[string]string
+	args []string
+	want string
+}
+
+func testConfigErrors(t *testing.T, tests []configError) {
+	for _, tt := range tests {
+		t.Run(tt.want, func(t *testing.T) {
+			_, err := parseConfig(tt.args, envOf(tt.env), io.Discard)
+			if err == nil {
+				t.Fatalf("no error, want %q", tt.want)
+			}
+			if !strings.Contains(err.Error(), tt.want) {
+				t.Errorf("error %q does not contain %q", err, tt.want)
+			}
+		})
+	}
+}
+
 func TestConfigFromUpstreamEnvironment(t *testing.T) {
-	tests := []struct {
-		name  string
-		env   map[string]string
-		args  []string
-		check func(*testing.T, config)
-	}{
+	tests := []configCase{
 		{"defaults", nil, nil, func(t *testing.T, c config) {
 			equal(t, "config", c.ConfigPath, "config")
 			equal(t, "grpc", c.GRPCAddr, ":8081")
@@ -162,15 +199,7 @@ func TestConfigFromUpstreamEnvironment(t *testing.T) {
 			equal(t, "force", x.ForceStart, true)
 		}},
 	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			c, err := parseConfig(tt.args, envOf(tt.env), io.Discard)
-			if err != nil {
-				t.Fatal(err)
-			}
-			tt.check(t, c)
-		})
-	}
+	testConfigs(t, tests)
 }
 
 func TestConfigRedisFromUpstreamEnvironment(t *testing.T) {
@@ -206,11 +235,7 @@ func TestConfigRedisFromUpstreamEnvironment(t *testing.T) {
 }
 
 func TestConfigErrorsNameTheVariable(t *testing.T) {
-	tests := []struct {
-		env  map[string]string
-		args []string
-		want string
-	}{
+	tests := []configError{
 		{map[string]string{"GRPC_PORT": "80a"}, nil, `GRPC_PORT: "80a" is not a port`},
 		{map[string]string{"PORT": "70000"}, nil, `PORT: "70000" is not a port`},
 		{map[string]string{"DEBUG_PORT": "-1"}, nil, `DEBUG_PORT: "-1" is not a port`},
@@ -262,17 +287,7 @@ func TestConfigErrorsNameTheVariable(t *testing.T) {
 		{map[string]string{"REDIS_TIMEOUT": "10"}, nil, `REDIS_TIMEOUT: "10"`},
 		{map[string]string{"BACKEND_TYPE": "memcache"}, nil, `BACKEND_TYPE: "memcache" is not supported`},
 	}
-	for _, tt := range tests {
-		t.Run(tt.want, func(t *testing.T) {
-			_, err := parseConfig(tt.args, envOf(tt.env), io.Discard)
-			if err == nil {
-				t.Fatalf("no error, want %q", tt.want)
-			}
-			if !strings.Contains(err.Error(), tt.want) {
-				t.Errorf("error %q does not contain %q", err, tt.want)
-			}
-		})
-	}
+	testConfigErrors(t, tests)
 }
 
 // TestConfigReportsEveryProblem: several bad variables are all named in
