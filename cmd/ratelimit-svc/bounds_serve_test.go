@@ -8,6 +8,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"regexp"
 	"strconv"
 	"strings"
 	"testing"
@@ -37,17 +38,23 @@ type heldConn struct {
 // exchange sends one GET and reads its answer; an error means the server
 // closed the connection instead of answering.
 func (c *heldConn) exchange(path string) (int, error) {
+	code, _, err := c.get(path)
+	return code, err
+}
+
+// get is exchange with the answer's body.
+func (c *heldConn) get(path string) (int, string, error) {
 	c.SetDeadline(time.Now().Add(patience))
 	if _, err := io.WriteString(c, "GET "+path+" HTTP/1.1\r\nHost: t\r\n\r\n"); err != nil {
-		return 0, err
+		return 0, "", err
 	}
 	resp, err := http.ReadResponse(c.r, nil)
 	if err != nil {
-		return 0, err
+		return 0, "", err
 	}
-	io.Copy(io.Discard, resp.Body)
-	resp.Body.Close()
-	return resp.StatusCode, nil
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(b), err
 }
 
 func dialHTTP(t *testing.T, addr string) *heldConn {
@@ -128,7 +135,13 @@ func TestHTTPConnectionCapSheds(t *testing.T) {
 		}
 	}
 	held[0].Close()
-	holdHTTP(t, s.httpAddr) // the slot comes back
+	c := holdHTTP(t, s.httpAddr) // the slot comes back
+	code, metrics, err := c.get("/metrics")
+	// at least the fourth connection; holdHTTP's retries may add some
+	shed := regexp.MustCompile(`(?m)^ratelimit_http_connections_shed_total\{port="http"\} [1-9]`)
+	if err != nil || code != http.StatusOK || !shed.MatchString(metrics) {
+		t.Errorf("metrics %d %v:\n%s", code, err, grepLines(metrics, "ratelimit_http"))
+	}
 	if !strings.Contains(s.logs.String(), `"msg":"HTTP connections capped","max_conns":3`) {
 		t.Errorf("the cap is not logged:\n%s", grepLines(s.logs.String(), "capped"))
 	}

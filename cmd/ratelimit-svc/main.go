@@ -113,8 +113,9 @@ type app struct {
 	httpLis  net.Listener
 	promLis  net.Listener
 	debugLis net.Listener
-	// httpConns caps the HTTP and Prometheus ports' connections together.
-	httpConns *connLimiter
+	// httpConns caps the HTTP and Prometheus ports' connections together,
+	// debugConns the debug port's (nil when it is off).
+	httpConns, debugConns *connLimiter
 
 	// configured is closed once there is a config to serve: at once for
 	// files or with FORCE_START_WITHOUT_INITIAL_CONFIG, else when the

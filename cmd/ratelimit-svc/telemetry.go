@@ -50,6 +50,25 @@ func (t *telemetry) handler() http.Handler {
 
 func (t *telemetry) shutdown() { _ = t.provider.Shutdown(context.Background()) }
 
+// observeShed exports the connections the HTTP ports closed at once for
+// being over their cap, by port: "http" (with Prometheus's) and "debug"
+// (nil when off).
+func (t *telemetry) observeShed(http, debug *connLimiter) error {
+	shed, err := t.provider.Meter("ratelimit-svc").Int64ObservableCounter("ratelimit_http_connections_shed",
+		metric.WithDescription("HTTP connections closed at once because the port held its maximum, by port (http, debug)."))
+	if err != nil {
+		return err
+	}
+	_, err = t.provider.Meter("ratelimit-svc").RegisterCallback(func(_ context.Context, o metric.Observer) error {
+		o.ObserveInt64(shed, http.Shed(), metric.WithAttributes(attribute.String("port", "http")))
+		if debug != nil {
+			o.ObserveInt64(shed, debug.Shed(), metric.WithAttributes(attribute.String("port", "debug")))
+		}
+		return nil
+	}, shed)
+	return err
+}
+
 // observeEngine exports the limiter's engine counters: decisions by mode,
 // sync round trips and failures, and the replicas seen.
 func (t *telemetry) observeEngine(lim *limiter.Limiter) error {

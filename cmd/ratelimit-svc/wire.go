@@ -78,6 +78,11 @@ func wire(cfg config, log *slog.Logger, tel *telemetry, tr *tracing, headers env
 		a.close()
 		return nil, err
 	}
+	if err := tel.observeShed(a.httpConns, a.debugConns); err != nil {
+		a.closeListeners()
+		a.close()
+		return nil, fmt.Errorf("connection metrics: %w", err)
+	}
 	return a, nil
 }
 
@@ -171,7 +176,8 @@ func (a *app) listen() error {
 		a.log.Warn("debug listener not started: serving without it", "addr", cfg.DebugAddr, "err", err)
 		return nil
 	}
-	a.debugLis = newConnLimiter(cfg.DebugMaxConns).wrap(l)
+	a.debugConns = newConnLimiter(cfg.DebugMaxConns)
+	a.debugLis = a.debugConns.wrap(l)
 	a.debug = cfg.httpServer(a.debugRoutes(), cfg.DebugWriteTimeout)
 	return nil
 }
