@@ -27,55 +27,59 @@ type Estimate struct {
 	StreamUsage bool
 }
 
-// request is the part of a request body an estimate reads.
-type request struct {
-	Stream        json.RawMessage `json:"stream"`
-	StreamOptions *struct {
-		IncludeUsage json.RawMessage `json:"include_usage"`
-	} `json:"stream_options"`
-	MaxCompletionTokens *int64 `json:"max_completion_tokens"`
-	MaxTokens           *int64 `json:"max_tokens"`
-	MaxOutputTokens     *int64 `json:"max_output_tokens"`
-	Messages            any    `json:"messages"`
-	System              any    `json:"system"`
-	Instructions        any    `json:"instructions"`
-	Prompt              any    `json:"prompt"`
-	Input               any    `json:"input"`
-}
+// outputCaps are the request fields that cap the output, in the order
+// they are checked.
+var outputCaps = [...]string{"max_completion_tokens", "max_tokens", "max_output_tokens"}
+
+// promptFields are the request fields whose text is the prompt.
+var promptFields = [...]string{"messages", "system", "instructions", "prompt", "input"}
 
 // EstimateRequest reads a request body (OpenAI chat completions or
 // Responses, or Anthropic messages) for a reservation: see Estimate.
-// defaultMaxTokens is the output cap of a request that sets none. A body
-// that is not a JSON object, or a negative or fractional output cap, is an
-// error naming the field.
+// defaultMaxTokens is the output cap of a request that sets none. Keys
+// match exactly, as providers read them (encoding/json alone would also
+// take "Stream" for "stream"). A body that is not a JSON object, an
+// output cap that is not a whole number ≥ 0, or a stream_options that is
+// not an object is an error naming the field.
 func EstimateRequest(body []byte, defaultMaxTokens int64) (Estimate, error) {
 	if defaultMaxTokens < 0 {
 		return Estimate{}, fmt.Errorf("defaultMaxTokens %d: want ≥ 0", defaultMaxTokens)
 	}
-	var r request
-	if err := json.Unmarshal(body, &r); err != nil {
+	var top map[string]json.RawMessage
+	if err := json.Unmarshal(body, &top); err != nil {
 		return Estimate{}, fmt.Errorf("request body: %w", err)
 	}
-	e := Estimate{Output: -1, Stream: isTrue(r.Stream)}
-	e.StreamUsage = r.StreamOptions != nil && isTrue(r.StreamOptions.IncludeUsage)
-	for _, f := range []struct {
-		name string
-		v    *int64
-	}{{"max_completion_tokens", r.MaxCompletionTokens}, {"max_tokens", r.MaxTokens}, {"max_output_tokens", r.MaxOutputTokens}} {
-		if f.v == nil {
+	e := Estimate{Output: -1, Stream: isTrue(top["stream"])}
+	if so := top["stream_options"]; present(so) {
+		var opts map[string]json.RawMessage
+		if json.Unmarshal(so, &opts) != nil {
+			return Estimate{}, errors.New("request body: stream_options: want an object")
+		}
+		e.StreamUsage = isTrue(opts["include_usage"])
+	}
+	for _, name := range outputCaps {
+		raw := top[name]
+		if !present(raw) {
 			continue
 		}
-		if *f.v < 0 {
-			return Estimate{}, fmt.Errorf("request body: %s: %d is negative", f.name, *f.v)
+		var v int64
+		if json.Unmarshal(raw, &v) != nil {
+			return Estimate{}, fmt.Errorf("request body: %s: want a whole number, got %s", name, truncate(raw, 32))
 		}
-		e.Output = max(e.Output, *f.v)
+		if v < 0 {
+			return Estimate{}, fmt.Errorf("request body: %s: %d is negative", name, v)
+		}
+		e.Output = max(e.Output, v)
 	}
 	if e.Output < 0 {
 		e.Output = defaultMaxTokens
 	}
 	var n int64
-	for _, v := range []any{r.Messages, r.System, r.Instructions, r.Prompt, r.Input} {
-		n += textBytes(v, 0)
+	for _, name := range promptFields {
+		var v any
+		if raw := top[name]; present(raw) && json.Unmarshal(raw, &v) == nil {
+			n += textBytes(v, 0)
+		}
 	}
 	e.Prompt = (n + 3) / 4
 	e.Tokens = add(e.Prompt, e.Output)

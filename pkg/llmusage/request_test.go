@@ -32,6 +32,10 @@ func TestEstimateRequest(t *testing.T) {
 		{"Responses API", `{"model":"gpt-4o","instructions":"1234","input":[{"role":"user","content":[{"type":"input_text","text":"1234"}]}],"max_output_tokens":10}`,
 			Estimate{Prompt: 2, Output: 10, Tokens: 12}},
 		{"legacy prompt", `{"prompt":["1234","5678"]}`, Estimate{Prompt: 2, Output: 100, Tokens: 102}},
+		{"keys match exactly", `{"Stream":true,"MAX_TOKENS":5,"stream_options":{"Include_Usage":true},"Messages":[{"content":"1234"}]}`,
+			Estimate{Output: 100, Tokens: 100}},
+		{"null cap is no cap", `{"max_tokens":null,"stream_options":null}`, Estimate{Output: 100, Tokens: 100}},
+		{"last duplicate wins", `{"stream":true,"stream":false,"max_tokens":1,"max_tokens":2}`, Estimate{Output: 2, Tokens: 2}},
 		{"escapes count as their text", `{"prompt":"\u00e9\n"}`, Estimate{Prompt: 1, Output: 100, Tokens: 101}},
 	}
 	for _, c := range cases {
@@ -51,7 +55,9 @@ func TestEstimateRequestErrors(t *testing.T) {
 		{`nope`, 1, "request body: invalid character"},
 		{`[]`, 1, "request body: json: cannot unmarshal array"},
 		{`{"max_tokens":-1}`, 1, "max_tokens: -1 is negative"},
-		{`{"max_completion_tokens":1.5}`, 1, "max_completion_tokens"},
+		{`{"max_completion_tokens":1.5}`, 1, `max_completion_tokens: want a whole number, got "1.5"`},
+		{`{"max_tokens":"10"}`, 1, `max_tokens: want a whole number, got "\"10\""`},
+		{`{"stream":true,"stream_options":true}`, 1, "stream_options: want an object"},
 		{`{}`, -1, "defaultMaxTokens -1: want ≥ 0"},
 	} {
 		_, err := EstimateRequest([]byte(c.body), c.def)
