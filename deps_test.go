@@ -37,6 +37,11 @@ var forbidden = map[string][]struct{ prefix, why string }{
 		{"google.golang.org/grpc", "policy knows no gRPC"},
 		{"github.com/redis/", "policy knows no Redis"},
 	},
+	"pkg/llmusage": {
+		{module + "/", "llmusage is a leaf"},
+		{"github.com/envoyproxy/", "llmusage knows no Envoy"},
+		{"google.golang.org/", "llmusage knows no gRPC or protobuf"},
+	},
 	"pkg/envoyapi": {
 		{"github.com/redis/", "envoyapi never knows which store is behind the limiter"},
 		{"go.opentelemetry.io/otel/sdk", "only commands build the OTel SDK"},
