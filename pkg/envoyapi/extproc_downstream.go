@@ -13,7 +13,8 @@ import (
 // downstream is one request seen by the filter before the router: it
 // picks the serving hop of the requested target's fallback chain, routes
 // the request to it, and holds the hop's concurrency slot until the
-// stream ends.
+// response ends: its last body chunk when Envoy streams the response
+// body (as shipped), else the end of the ext_proc stream.
 type downstream struct {
 	x    *ExtProc
 	ctx  context.Context
@@ -26,6 +27,7 @@ type downstream struct {
 	root   *policy.Target // the requested target; nil when the request passes untouched
 	choice routing.Choice // the serving hop, its slot and rate decision
 	charge bool           // the response body was asked for, to charge its tokens
+	chunks int            // response body messages so far
 }
 
 // requestHeaders reads the routing header. The decision waits for the
@@ -103,14 +105,18 @@ func passResponse(inBody bool) *extprocv3.ProcessingResponse {
 // x-ratelimit-* headers, a standard retry-after from the upstream's hint,
 // x-resil-fallback-from when a fallback served, the expose list, and no
 // other internal header. A JSON success of a target with a token budget
-// asks for the body, to charge its usage.
+// asks for the body, to charge its usage. A response without a body ends
+// the request: the slot goes back.
 func (d *downstream) responseHeaders(_ *extprocv3.ProcessingRequest, h *extprocv3.HttpHeaders) (*extprocv3.ProcessingResponse, error) {
 	hs := headersOf(h)
 	hop := d.choice.Hop
 	m := d.x.clientHeaders(hs, hop != nil && d.choice.Rate.Limit > 0, d.choice.Rate, d.fallbackFrom(hs))
 	resp := headersResponse(true, common(&m, nil, false))
 	st := hs.status()
-	if d.x.route.ChargesTokens(hop) && st >= 200 && st < 300 && !h.GetEndOfStream() && hs.isJSON() {
+	switch {
+	case h.GetEndOfStream():
+		d.choice.Release()
+	case d.x.route.ChargesTokens(hop) && st >= 200 && st < 300 && hs.isJSON():
 		d.charge = true
 		resp.ModeOverride = bufferResponseBody()
 	}
@@ -135,20 +141,27 @@ func (d *downstream) fallbackFrom(hs headerMap) string {
 	return d.root.Name
 }
 
-// responseBody charges the tokens a buffered response reports to the
-// hop's token budget.
+// responseBody answers each chunk of a streamed response at once and
+// unchanged, and charges the tokens a JSON response reports to the hop's
+// token budget when the body comes whole (buffered, as the mode override
+// asks, or in a single chunk). The hop's slot is held until the last chunk
+// (end_of_stream), so a long generation counts against its cap for as
+// long as it streams.
 func (d *downstream) responseBody(b *extprocv3.HttpBody) (*extprocv3.ProcessingResponse, error) {
-	if !d.charge {
-		return bodyResponse(true, nil), nil
-	}
-	d.charge = false
-	if n, ok := totalTokens(b.GetBody()); ok {
-		if err := d.x.route.ChargeTokens(d.choice.Hop, n); err != nil {
-			d.x.log.LogAttrs(d.ctx, slog.LevelWarn, "token charge failed", slog.Any("error", err))
+	d.chunks++
+	if d.charge && d.chunks == 1 && b.GetEndOfStream() { // the whole body
+		if n, ok := totalTokens(b.GetBody()); ok {
+			if err := d.x.route.ChargeTokens(d.choice.Hop, n); err != nil {
+				d.x.log.LogAttrs(d.ctx, slog.LevelWarn, "token charge failed", slog.Any("error", err))
+			}
 		}
+	}
+	if b.GetEndOfStream() {
+		d.choice.Release()
 	}
 	return bodyResponse(true, nil), nil
 }
 
-// end gives the hop's slot back, however the stream ended.
+// end gives the hop's slot back however the stream ended (half-close,
+// cancel, error), if the response did not end first.
 func (d *downstream) end() { d.choice.Release() }

@@ -9,6 +9,7 @@ import (
 	bootstrapv3 "github.com/envoyproxy/go-control-plane/envoy/config/bootstrap/v3"
 	routev3 "github.com/envoyproxy/go-control-plane/envoy/config/route/v3"
 	extprocfilterv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/ext_proc/v3"
+	hcmv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/network/http_connection_manager/v3"
 	upstreamhttpv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/upstreams/http/v3"
 	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/reflect/protoreflect"
@@ -22,7 +23,6 @@ import (
 	_ "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/ratelimit/v3"
 	_ "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/router/v3"
 	_ "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/upstream_codec/v3"
-	_ "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/network/http_connection_manager/v3"
 	_ "github.com/envoyproxy/go-control-plane/envoy/extensions/transport_sockets/tls/v3"
 )
 
@@ -99,6 +99,15 @@ func TestEnvoyYAMLShape(t *testing.T) {
 		if m := ep.GetProcessingMode().GetRequestBodyMode(); m != extprocfilterv3.ProcessingMode_BUFFERED {
 			t.Errorf("cluster %s: upstream ext_proc request body %v: a retry cannot move to another model", c.GetName(), m)
 		}
+	}
+	var hcm hcmv3.HttpConnectionManager
+	if err := b.GetStaticResources().GetListeners()[0].GetFilterChains()[0].GetFilters()[0].GetTypedConfig().UnmarshalTo(&hcm); err != nil {
+		t.Fatal(err)
+	}
+	down := extProcOf(t, hcm.GetHttpFilters()[0].GetTypedConfig())
+	if role(down) != "downstream" || down.GetProcessingMode().GetResponseBodyMode() != extprocfilterv3.ProcessingMode_STREAMED {
+		t.Errorf("downstream ext_proc role %q, response body %v: the slot would go back at the first byte",
+			role(down), down.GetProcessingMode().GetResponseBodyMode())
 	}
 	for _, name := range []string{"ratelimit", "openai", "anthropic", "mock-llm"} {
 		if !clusters[name] {

@@ -109,18 +109,30 @@ func TestExtProcChargesTokens(t *testing.T) {
 	wantHeader(t, x.Forwarded.Headers, "x-resil-target", "secondary")
 }
 
-func TestExtProcNoTokenChargeWithoutOverride(t *testing.T) {
+// TestExtProcTokensFromAWholeBody: without the mode override a JSON
+// response streams through; its usage is charged only when one chunk
+// holds the whole body, never read from a piece of it.
+func TestExtProcTokensFromAWholeBody(t *testing.T) {
 	r := newExtRig(t)
 	f := r.downstream()
-	f.AllowModeOverride = false
+	f.AllowModeOverride, f.ChunkSize = false, 8
 	in := chatRequest(`{"model":"beta-medium"}`)
+	usage := `{"usage":{"total_tokens":5000}}`
 	up := func(envoytest.Request) envoytest.Response {
 		return envoytest.Response{Headers: envoytest.H(":status", "200", "content-type", "application/json"),
-			Body: []byte(`{"usage":{"total_tokens":5000}}`)}
+			Body: []byte(usage)}
 	}
-	r.roundTrip(f, in, up)
-	x := r.roundTrip(f, in, reply(200))
+	x := r.roundTrip(f, in, up)
+	if string(x.Response.Body) != usage || x.Stats.Messages != 3+4 {
+		t.Errorf("body %q in %d messages, want it unchanged in 4 chunks", x.Response.Body, x.Stats.Messages)
+	}
+	x = r.roundTrip(f, in, reply(200))
 	wantHeader(t, x.Forwarded.Headers, "x-resil-target", "secondary")
+
+	f.ChunkSize = 0 // one chunk: the whole body
+	r.roundTrip(f, in, up)
+	x = r.roundTrip(f, in, r.noUpstream)
+	wantLocal(t, x, 429, "rate_limit_exceeded")
 }
 
 // TestExtProcFallbackFromReachesClient: the client learns that a fallback

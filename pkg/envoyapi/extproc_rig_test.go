@@ -101,12 +101,13 @@ func newExtRig(t *testing.T, opts ...envoyapi.Option) *extRig {
 	return r
 }
 
-// downstream is the filter before the router: request body BUFFERED,
-// response headers SEND, mode override allowed.
+// downstream is the filter before the router, as shipped: request body
+// BUFFERED, response headers SEND, response body STREAMED, mode override
+// allowed.
 func (r *extRig) downstream() *envoytest.Filter {
 	return &envoytest.Filter{Client: r.client, Role: "downstream",
-		RequestBodyMode: extprocfilterv3.ProcessingMode_BUFFERED, AllowModeOverride: true,
-		MessageTimeout: 5 * time.Second}
+		RequestBodyMode: extprocfilterv3.ProcessingMode_BUFFERED, ResponseBodyMode: extprocfilterv3.ProcessingMode_STREAMED,
+		AllowModeOverride: true, MessageTimeout: 5 * time.Second}
 }
 
 // upstream is the filter in a cluster's upstream chain: headers only,

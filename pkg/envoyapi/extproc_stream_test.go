@@ -3,6 +3,7 @@ package envoyapi_test
 import (
 	"context"
 	"fmt"
+	"strconv"
 	"sync"
 	"testing"
 	"time"
@@ -144,4 +145,78 @@ func TestExtProcManyStreams(t *testing.T) {
 	if got := r.lim.InUse(envoyapi.SlotKey("wide")); got != 0 {
 		t.Fatalf("slots in use %d after %d streams, want 0", got, n)
 	}
+}
+
+// openStreamed starts a streamed response for a request to target narrow
+// (max_concurrent 1): the request is routed, the response headers sent.
+func (r *extRig) openStreamed(t *testing.T) *envoytest.Stream {
+	t.Helper()
+	s, err := r.downstream().Open(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(s.Cancel)
+	fwd, _, err := s.SendRequest(chatRequest(`{"model":"narrow","stream":true}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	wantHeader(t, fwd.Headers, "x-resil-target", "narrow")
+	if _, _, err := s.SendResponseHeaders(envoytest.H(":status", "200", "content-type", "text/event-stream"), true); err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+func (r *extRig) wantInUse(t *testing.T, target string, want uint64, when string) {
+	t.Helper()
+	if n := r.lim.InUse(envoyapi.SlotKey(target)); n != want {
+		t.Fatalf("%s: %s slots in use %d, want %d", when, target, n, want)
+	}
+}
+
+// TestExtProcStreamedGenerationHoldsSlot: a long streamed generation
+// holds its slot, and keeps others out of the cap, until its last chunk;
+// every chunk passes unchanged. The slot follows the stream's messages,
+// not a clock: the chunks stand for minutes of generation.
+func TestExtProcStreamedGenerationHoldsSlot(t *testing.T) {
+	r := newExtRig(t)
+	s := r.openStreamed(t)
+	for i := range 200 {
+		chunk := []byte("data: {\"choices\":[{\"delta\":{\"content\":\"token " + strconv.Itoa(i) + "\"}}]}\n\n")
+		out, local, err := s.SendResponseChunk(chunk, false)
+		if err != nil || local != nil || string(out) != string(chunk) {
+			t.Fatalf("chunk %d: %q %v %v, want it unchanged", i, out, local, err)
+		}
+		if i%50 == 0 {
+			r.wantInUse(t, "narrow", 1, "mid-stream")
+			x := r.roundTrip(r.downstream(), chatRequest(`{"model":"narrow"}`), r.noUpstream)
+			wantLocal(t, x, 429, "concurrency_limit_exceeded")
+		}
+	}
+	if _, _, err := s.SendResponseChunk([]byte("data: [DONE]\n\n"), true); err != nil {
+		t.Fatal(err)
+	}
+	r.wantInUse(t, "narrow", 0, "after the last chunk")
+	if err := s.Finish(); err != nil {
+		t.Fatal(err)
+	}
+	x := r.roundTrip(r.downstream(), chatRequest(`{"model":"narrow"}`), reply(200))
+	wantHeader(t, x.Forwarded.Headers, "x-resil-target", "narrow")
+}
+
+// TestExtProcStreamedClientDisconnect: a client that goes away mid-stream
+// (Envoy resets the ext_proc stream) frees the slot.
+func TestExtProcStreamedClientDisconnect(t *testing.T) {
+	r := newExtRig(t)
+	s := r.openStreamed(t)
+	for range 3 {
+		if _, _, err := s.SendResponseChunk([]byte("data: {}\n\n"), false); err != nil {
+			t.Fatal(err)
+		}
+	}
+	r.wantInUse(t, "narrow", 1, "mid-stream")
+	r.drainEnded()
+	s.Cancel()
+	r.waitEnded(1)
+	r.wantInUse(t, "narrow", 0, "after the client went away")
 }

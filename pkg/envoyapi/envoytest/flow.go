@@ -21,40 +21,80 @@ var (
 	responsePath = path{response: true, headers: kindResponseHeaders, body: kindResponseBody}
 )
 
-// SendRequest runs the request path: request_headers, then, when the body
-// is buffered, request_body (headers held until its answer). It returns
-// the request as the router forwards it, or the local reply that ended it.
+// SendRequest runs the request path: request_headers, then the body:
+// whole when buffered (headers held until its answer), in chunks when
+// streamed. It returns the request as the router forwards it, or the
+// local reply that ended it.
 func (s *Stream) SendRequest(req Request) (Request, *LocalReply, error) {
 	h, body, local, err := s.run(requestPath, req.Headers, req.Body)
 	return Request{Headers: h, Body: body}, local, err
 }
 
-// SendResponse runs the response path: response_headers, then, when the
-// response body is buffered (configured or by mode_override), the
-// response_body. It returns the response as the client gets it.
+// SendResponse runs the response path: response_headers, then the body:
+// whole when buffered (configured or by mode_override), in chunks of
+// Filter.ChunkSize when streamed. It returns the response as the client
+// gets it.
 func (s *Stream) SendResponse(resp Response) (Response, *LocalReply, error) {
 	h, body, local, err := s.run(responsePath, resp.Headers, resp.Body)
 	return Response{Headers: h, Body: body}, local, err
 }
 
+// SendResponseHeaders runs the response headers message alone, for a
+// response with a body (hasBody) that SendResponseChunk then streams.
+// It returns the headers as the client gets them.
+func (s *Stream) SendResponseHeaders(h Headers, hasBody bool) (Headers, *LocalReply, error) {
+	h, _, local, _, err := s.headers(responsePath, h, hasBody)
+	return h, local, err
+}
+
+// SendResponseChunk sends one chunk of a streamed response body (last
+// marks end_of_stream) and returns it as the client gets it.
+func (s *Stream) SendResponseChunk(chunk []byte, last bool) ([]byte, *LocalReply, error) {
+	return s.chunk(responsePath, chunk, last)
+}
+
 func (s *Stream) run(p path, h Headers, body []byte) (Headers, []byte, *LocalReply, error) {
-	h = h.Clone()
 	hasBody := len(body) > 0
-	msg := headersMessage(p, h, !hasBody)
-	resp, err := s.exchange(msg, p.headers)
+	h, replacement, local, replaced, err := s.headers(p, h.Clone(), hasBody)
+	switch {
+	case replaced:
+		return h, replacement, nil, err
+	case err != nil || local != nil || !hasBody:
+		return h, body, local, err
+	}
+	switch s.mode(p) {
+	case extprocfilterv3.ProcessingMode_BUFFERED:
+		return s.buffered(p, h, body)
+	case extprocfilterv3.ProcessingMode_STREAMED:
+		body, local, err := s.streamed(p, body)
+		return h, body, local, err
+	}
+	return h, body, nil, nil
+}
+
+// headers runs a headers message. replaced reports CONTINUE_AND_REPLACE
+// (no body processing follows), with the replacement body; a streamed
+// body loses content-length, as Envoy removes it.
+func (s *Stream) headers(p path, h Headers, hasBody bool) (Headers, []byte, *LocalReply, bool, error) {
+	resp, err := s.exchange(headersMessage(p, h, !hasBody), p.headers)
 	if err != nil || resp == nil {
-		return h, body, nil, err
+		return h, nil, nil, false, err
 	}
 	if ir := resp.GetImmediateResponse(); ir != nil {
 		local, err := s.immediate(ir)
-		return h, body, local, err
+		return h, nil, local, false, err
 	}
 	s.modeOverride(resp.GetModeOverride(), true)
-	h, body, replaced, err := s.apply(p, false, h, body, commonOf(resp))
-	if err != nil || !hasBody || replaced || s.mode(p) != extprocfilterv3.ProcessingMode_BUFFERED {
-		return h, body, nil, err
+	h, body, replaced, err := s.apply(p, false, h, nil, commonOf(resp))
+	if err == nil && hasBody && !replaced && s.mode(p) == extprocfilterv3.ProcessingMode_STREAMED {
+		h = h.Del("content-length")
 	}
-	resp, err = s.exchange(bodyMessage(p, body), p.body)
+	return h, body, nil, replaced, err
+}
+
+// buffered sends the whole body in one message, the headers held.
+func (s *Stream) buffered(p path, h Headers, body []byte) (Headers, []byte, *LocalReply, error) {
+	resp, err := s.exchange(bodyMessage(p, body, true), p.body)
 	if err != nil || resp == nil {
 		return h, body, nil, err
 	}
@@ -67,6 +107,55 @@ func (s *Stream) run(p path, h Headers, body []byte) (Headers, []byte, *LocalRep
 	}
 	h, body, _, err = s.apply(p, true, h, body, commonOf(resp))
 	return h, body, nil, err
+}
+
+// streamed sends the body in chunks of Filter.ChunkSize (all of it when
+// zero) and returns what passes on.
+func (s *Stream) streamed(p path, body []byte) ([]byte, *LocalReply, error) {
+	size := s.f.ChunkSize
+	if size <= 0 {
+		size = len(body)
+	}
+	var out []byte
+	for len(body) > 0 {
+		n := min(size, len(body))
+		got, local, err := s.chunk(p, body[:n], n == len(body))
+		if err != nil || local != nil {
+			return out, local, err
+		}
+		out, body = append(out, got...), body[n:]
+	}
+	return out, nil, nil
+}
+
+// chunk sends one streamed body chunk and applies its answer: a body
+// mutation replaces the chunk; the headers went on already, so a header
+// mutation cannot take effect (ignored and counted, an error in strict
+// mode).
+func (s *Stream) chunk(p path, chunk []byte, last bool) ([]byte, *LocalReply, error) {
+	resp, err := s.exchange(bodyMessage(p, chunk, last), p.body)
+	if err != nil || resp == nil {
+		return chunk, nil, err
+	}
+	if ir := resp.GetImmediateResponse(); ir != nil {
+		local, err := s.immediate(ir)
+		return chunk, local, err
+	}
+	cr := commonOf(resp)
+	if cr.GetHeaderMutation() != nil {
+		if err := s.ignored(&s.stats.RejectedMutations, "header mutation in a streamed body response"); err != nil {
+			return chunk, nil, err
+		}
+	}
+	switch bm := cr.GetBodyMutation(); {
+	case bm.GetStreamedResponse() != nil:
+		return chunk, nil, fmt.Errorf("%w: streamed_response outside FULL_DUPLEX_STREAMED", ErrRejected)
+	case bm.GetClearBody():
+		return nil, nil, nil
+	case bm.GetBody() != nil:
+		return bm.GetBody(), nil, nil
+	}
+	return chunk, nil, nil
 }
 
 func (s *Stream) mode(p path) extprocfilterv3.ProcessingMode_BodySendMode {
@@ -96,8 +185,8 @@ func headersMessage(p path, h Headers, eos bool) *extprocv3.ProcessingRequest {
 	return &extprocv3.ProcessingRequest{Request: &extprocv3.ProcessingRequest_RequestHeaders{RequestHeaders: hh}}
 }
 
-func bodyMessage(p path, body []byte) *extprocv3.ProcessingRequest {
-	hb := &extprocv3.HttpBody{Body: body, EndOfStream: true}
+func bodyMessage(p path, body []byte, eos bool) *extprocv3.ProcessingRequest {
+	hb := &extprocv3.HttpBody{Body: body, EndOfStream: eos}
 	if p.response {
 		return &extprocv3.ProcessingRequest{Request: &extprocv3.ProcessingRequest_ResponseBody{ResponseBody: hb}}
 	}

@@ -24,9 +24,13 @@ type Filter struct {
 	// initial_metadata); empty sends none.
 	Role string
 	// RequestBodyMode and ResponseBodyMode are the processing mode's body
-	// modes; NONE and BUFFERED are emulated. Header modes are SEND and
-	// trailers SKIP.
+	// modes; NONE, BUFFERED and STREAMED are emulated. Header modes are
+	// SEND and trailers SKIP.
 	RequestBodyMode, ResponseBodyMode extprocfilterv3.ProcessingMode_BodySendMode
+	// ChunkSize splits a STREAMED body into chunks of at most this many
+	// bytes, each its own message (the last with end_of_stream); zero
+	// sends the body as one chunk.
+	ChunkSize int
 	// AllowModeOverride honours mode_override in headers responses.
 	AllowModeOverride bool
 	// Upstream places the filter in a cluster's upstream chain, where
