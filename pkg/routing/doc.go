@@ -16,10 +16,15 @@
 //     back what it took, so a refused hop consumes nothing. Every hop
 //     visited is reported with its reason (Choice.Walk), and a chain
 //     without a serving hop is described by Choice.Refusal.
+//     A Scope narrows a walk to the hops of one Envoy cluster (an
+//     attempt's) and names a hop the request holds already.
 //   - Router.Alternative looks along the same chain without taking
 //     anything: whether another hop could serve right now.
-//   - Router.Plan applies a target's retry_config (RetryPolicy) to an
-//     attempt's verdict.
+//   - Router.Next applies a target's retry_config (RetryPolicy) to an
+//     attempt's verdict: retry the target, move to an alternative at once
+//     (which an interactive target prefers to waiting, and any target
+//     does once it may not retry), or stop; and how long to skip the
+//     target.
 //
 // The zero value of Router is not usable: build one with New. A Deps
 // field left nil turns its concern off (no limits, no caps, no
