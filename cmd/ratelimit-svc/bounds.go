@@ -54,6 +54,9 @@ type bounds struct {
 	GRPCMaxRecvBytes int
 	// MemoryLimit is --memory-limit: the runtime's soft memory limit.
 	MemoryLimit memoryLimit
+	// MaxKeys is the most rate limit keys a replica holds; at the bound a
+	// request for a key not held is denied (limiter.WithMaxKeys).
+	MaxKeys int
 }
 
 // boundFlag is one bound's flag: its variable, default, help and parser.
@@ -97,6 +100,8 @@ var boundFlags = []boundFlag{
 		usage: "gRPC calls open at once on one connection; 0: no cap", parse: intOf(fStreams, 0)},
 	{name: "grpc-max-recv-bytes", env: "RLS_GRPC_MAX_RECV_BYTES", def: strconv.Itoa(10 << 20),
 		usage: "the largest gRPC message read (a buffered ext_proc body and its framing); larger ones fail RESOURCE_EXHAUSTED", parse: intOf(fRecvBytes, 1)},
+	{name: "max-keys", env: "RLS_MAX_KEYS", def: "1000000",
+		usage: "rate limit keys a replica holds (about 500 bytes each); at the bound a request that would charge a key not held is denied and counted (mode \"full\")", parse: intOf(fMaxKeys, 1)},
 	{name: "memory-limit", env: "RLS_MEMORY_LIMIT", def: "auto",
 		usage: "soft memory limit: auto (GOMEMLIMIT, else 90% of the container's cgroup limit), off, or a size such as 512MiB", parse: parseMemoryFlag},
 }
@@ -117,6 +122,7 @@ func fDebugConns(b *bounds) *int             { return &b.DebugMaxConns }
 func fDebugKeys(b *bounds) *int              { return &b.DebugKeysMax }
 func fStreams(b *bounds) *int                { return &b.GRPCMaxStreams }
 func fRecvBytes(b *bounds) *int              { return &b.GRPCMaxRecvBytes }
+func fMaxKeys(b *bounds) *int                { return &b.MaxKeys }
 func parseMemoryFlag(b *bounds, s string) (err error) {
 	b.MemoryLimit, err = parseMemoryLimit(s)
 	return err

@@ -28,6 +28,7 @@ func TestBoundsDefaults(t *testing.T) {
 	equal(t, "streams", c.GRPCMaxStreams, 1024)
 	equal(t, "recv bytes", c.GRPCMaxRecvBytes, 10<<20)
 	equal(t, "memory", c.MemoryLimit, memoryLimit{})
+	equal(t, "max keys", c.MaxKeys, 1_000_000)
 	equal(t, "upstream env", c.UpstreamEnv, false)
 }
 
@@ -75,6 +76,7 @@ func TestBoundsErrorsNameTheFlag(t *testing.T) {
 		{nil, []string{"--http-max-conns", "-5"}, `--http-max-conns: "-5": want a whole number of 0 or more`},
 		{nil, []string{"--debug-max-conns", "0"}, `--debug-max-conns: "0": want a positive whole number`},
 		{nil, []string{"--debug-keys-max", "0"}, `--debug-keys-max: "0": want a positive whole number`},
+		{map[string]string{"RLS_MAX_KEYS": "0"}, nil, `RLS_MAX_KEYS: "0": want a positive whole number`},
 		{nil, []string{"--debug-write-timeout", "0"}, `--debug-write-timeout: "0": want a positive duration`},
 		{nil, []string{"--debug-profile-max", "-1s"}, `--debug-profile-max: "-1s": want a positive duration`},
 		{nil, []string{"--grpc-keepalive-min-time", "0s"}, `--grpc-keepalive-min-time: "0s": want a positive duration`},

@@ -33,7 +33,7 @@ func wire(cfg config, log *slog.Logger, tel *telemetry, tr *tracing, headers env
 	}
 	pol := a.pol
 	limOpts := []limiter.Option{limiter.WithLogger(log.With("component", "limiter")),
-		limiter.WithMeterProvider(tel.provider)}
+		limiter.WithMeterProvider(tel.provider), limiter.WithMaxKeys(cfg.MaxKeys)}
 	if cfg.RedisURL != "" {
 		client, err := newRedisClient(cfg.RedisURL, cfg.RedisTLS)
 		if err != nil {
