@@ -111,8 +111,8 @@ func TestExtProcRetriesPerTarget(t *testing.T) {
 	var served []string
 	as := r.route("duo", in, func(_ int, fwd envoytest.Request) envoytest.Response {
 		served = append(served, fwd.Headers.Value("x-resil-target"))
-		if fwd.Headers.Value("x-resil-target") == "fast" {
-			return upstreamReply(429, "retry-after", "6")
+		if fwd.Headers.Value("x-resil-target") == "fast" { // skipped for 10 min: the walks pass it by
+			return upstreamReply(429, "retry-after", "600")
 		}
 		return upstreamReply(503)
 	})
@@ -154,7 +154,7 @@ func TestExtProcClientSeesAttemptFallback(t *testing.T) {
 	up := func(fwd envoytest.Request) envoytest.Response {
 		as := r.route("duo", fwd, func(n int, _ envoytest.Request) envoytest.Response {
 			if n == 1 { // fast is skipped for the hint: the walk of attempt 2 passes it by
-				return upstreamReply(429, "retry-after", "8")
+				return upstreamReply(429, "retry-after", "600")
 			}
 			return upstreamReply(200)
 		})

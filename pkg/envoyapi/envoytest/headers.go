@@ -13,7 +13,17 @@
 // a replaced buffered body must agree with content-length; clear_route_cache
 // counts only with a header mutation in the same response, on the request
 // path of a downstream filter; each message gets exactly one response of
-// its own kind, within the message timeout.
+// its own kind, within the message timeout. Bodies are sent whole
+// (BUFFERED) or in chunks (STREAMED, content-length dropped, each chunk
+// answered on its own).
+//
+// Route emulates the router's retries around a cluster's upstream
+// filter: one request header map for every attempt, x-envoy-attempt-count,
+// a fresh body per attempt, retriable_headers and
+// rate_limited_retry_back_off.
+//
+// A Filter is configuration; a Stream is one request and is used by one
+// goroutine. Waits are never slept: Route reports them.
 package envoytest
 
 import (
