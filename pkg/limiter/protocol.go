@@ -183,14 +183,18 @@ func (r *KeyRecord) charge(it *SyncItem, ws []Window, now int64) {
 			} else {
 				c.Refund(w, it.Algorithm, now, uint64(-h.N))
 			}
-			c.Cur, c.Prev, c.TAT = min(c.Cur, maxExact), min(c.Prev, maxExact), min(c.TAT, maxExact)
+			c.Cur, c.Prev, c.TAT = min(c.Cur, MaxExact), min(c.Prev, MaxExact), min(c.TAT, MaxExact)
 		}
 	}
 }
 
-// maxExact is the largest integer a Lua double holds exactly: stores
-// saturate counts and arrival times there (µs: the year 2255).
-const maxExact = 1<<53 - 1
+// MaxExact is the largest integer a Lua double holds exactly, 2^53 − 1:
+// stores saturate counts and arrival times there (µs: the year 2255), and
+// a store whose arithmetic is in doubles clamps its inputs to it.
+const MaxExact = 1<<53 - 1
+
+// maxExact is MaxExact under the name the package's own code uses.
+const maxExact = MaxExact
 
 // splitShare is ⌊share · free / n⌋ with share clamped to (0, 1] (zero
 // means 1) and n at least 1.

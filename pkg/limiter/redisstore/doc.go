@@ -52,10 +52,10 @@
 // keep every value an integer below 2^53 (instants until the year 2255,
 // counts far beyond limiter's 2^40 cap) and compute the sliding window's
 // products, which may pass 2^53, with exact long multiplication. Inputs
-// above 2^53 - 1 (wanted units, pushed hits) are clamped, which changes
-// no result while limits stay below 2^53; counts and token bucket arrival
-// times saturate at 2^53 - 1 (where the reference saturates counts at
-// 2^64 and wraps times), so a huge debt keeps a bucket empty.
+// above 2^53 - 1 (limiter.MaxExact: wanted units, pushed hits) are
+// clamped, which changes no result while limits stay below 2^53; counts
+// and token bucket arrival times saturate at 2^53 - 1, as the reference
+// clamps them after every charge, so a huge debt keeps a bucket empty.
 //
 // Round trips. Sync and SyncSlots send their items in one pipeline (split
 // per node by a cluster client): SyncSlots one EVALSHA per item, Sync one

@@ -7,14 +7,20 @@ import (
 	"testing"
 
 	"github.com/ratelimit-svc/ratelimit-svc/internal/redistest"
+	"github.com/ratelimit-svc/ratelimit-svc/pkg/limiter"
 )
 
 // TestLuaArithmetic holds the scripts' integer helpers to Go's: idiv to
 // int64 division, muldiv to bits.Mul64 and bits.Div64, on random and
-// extreme operands below 2^53.
+// extreme operands below 2^53, and the scripts' MAXEXACT to
+// limiter.MaxExact.
 func TestLuaArithmetic(t *testing.T) {
+	const maxExact = limiter.MaxExact
 	c := redistest.Start(t).Client(t)
 	ctx := context.Background()
+	if got, err := c.Eval(ctx, libLua+"\nreturn fmt(MAXEXACT)", nil).Text(); err != nil || got != u(maxExact) {
+		t.Fatalf("lib.lua's MAXEXACT = %q (%v), want limiter.MaxExact %d", got, err, uint64(maxExact))
+	}
 	const probe = `
 local out = {}
 for i = 1, #ARGV, 3 do
@@ -30,7 +36,7 @@ return out`
 	type triple struct{ a, b, c uint64 }
 	cases := []triple{
 		{maxExact, 1, maxExact}, {maxExact, maxExact, maxExact}, {1<<40 - 1, 86_400_000_000, 86_400_000_000},
-		{1 << 52, 1<<52 + 1, 1<<53 - 1}, {0, 5, 7}, {7, 0, 3}, {maxExact - 1, maxExact - 2, maxExact},
+		{1 << 52, 1<<52 + 1, maxExact}, {0, 5, 7}, {7, 0, 3}, {maxExact - 1, maxExact - 2, maxExact},
 		{4294967295, 31_536_000_000_000, 31_536_000_000_000}, {3, 1, 1},
 	}
 	for len(cases) < 3000 {

@@ -79,13 +79,11 @@ func New(client rediser, service string, opts ...Option) *Store {
 	return &Store{c: client, keys: newKeys(o.prefix, service), batches: single}
 }
 
-// maxExact is the largest integer every double in the scripts holds
-// exactly.
-const maxExact = 1<<53 - 1
+// clampU and clampI bound the scripts' inputs to limiter.MaxExact, the
+// largest integer every double in the scripts holds exactly.
+func clampU(v uint64) uint64 { return min(v, limiter.MaxExact) }
 
-func clampU(v uint64) uint64 { return min(v, maxExact) }
-
-func clampI(v int64) int64 { return max(min(v, maxExact), -maxExact) }
+func clampI(v int64) int64 { return max(min(v, limiter.MaxExact), -limiter.MaxExact) }
 
 func micros(d time.Duration) int64 { return int64(d / time.Microsecond) }
 

@@ -67,8 +67,8 @@ local function muldiv(a, b, c)
   return q, r
 end
 
--- MAXEXACT is 2^53 - 1: counts and instants saturate there instead of
--- losing precision (Go saturates counts at 2^64 and wraps int64 times).
+-- MAXEXACT is 2^53 - 1 (limiter.MaxExact): counts and instants saturate
+-- there instead of losing precision, as the Go reference's records do.
 local MAXEXACT = 9007199254740991
 
 local function satadd(a, b)
