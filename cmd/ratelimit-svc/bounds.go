@@ -54,6 +54,9 @@ type bounds struct {
 	GRPCMaxRecvBytes int
 	// MemoryLimit is --memory-limit: the runtime's soft memory limit.
 	MemoryLimit memoryLimit
+	// GCHeapFloor is the heap the garbage collector lets grow before it
+	// collects (gcTuner); 0: Go's default.
+	GCHeapFloor uint64
 	// MaxKeys is the most rate limit keys a replica holds; at the bound a
 	// request for a key not held is denied (limiter.WithMaxKeys).
 	MaxKeys int
@@ -100,6 +103,8 @@ var boundFlags = []boundFlag{
 		usage: "gRPC calls open at once on one connection; 0: no cap", parse: intOf(fStreams, 0)},
 	{name: "grpc-max-recv-bytes", env: "RLS_GRPC_MAX_RECV_BYTES", def: strconv.Itoa(10 << 20),
 		usage: "the largest gRPC message read (a buffered ext_proc body and its framing); larger ones fail RESOURCE_EXHAUSTED", parse: intOf(fRecvBytes, 1)},
+	{name: "gc-heap-floor", env: "RLS_GC_HEAP_FLOOR", def: "64MiB",
+		usage: "heap the garbage collector lets grow before it collects, for a small live heap (GOGC set in the environment wins); off: Go's default", parse: parseHeapFloorFlag},
 	{name: "max-keys", env: "RLS_MAX_KEYS", def: "1000000",
 		usage: "rate limit keys a replica holds (about 500 bytes each); at the bound a request that would charge a key not held is denied and counted (mode \"full\")", parse: intOf(fMaxKeys, 1)},
 	{name: "memory-limit", env: "RLS_MEMORY_LIMIT", def: "auto",
@@ -123,6 +128,10 @@ func fDebugKeys(b *bounds) *int              { return &b.DebugKeysMax }
 func fStreams(b *bounds) *int                { return &b.GRPCMaxStreams }
 func fRecvBytes(b *bounds) *int              { return &b.GRPCMaxRecvBytes }
 func fMaxKeys(b *bounds) *int                { return &b.MaxKeys }
+func parseHeapFloorFlag(b *bounds, s string) (err error) {
+	b.GCHeapFloor, err = parseHeapFloor(s)
+	return err
+}
 func parseMemoryFlag(b *bounds, s string) (err error) {
 	b.MemoryLimit, err = parseMemoryLimit(s)
 	return err

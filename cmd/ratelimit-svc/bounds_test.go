@@ -29,6 +29,7 @@ func TestBoundsDefaults(t *testing.T) {
 	equal(t, "recv bytes", c.GRPCMaxRecvBytes, 10<<20)
 	equal(t, "memory", c.MemoryLimit, memoryLimit{})
 	equal(t, "max keys", c.MaxKeys, 1_000_000)
+	equal(t, "gc heap floor", c.GCHeapFloor, uint64(64<<20))
 	equal(t, "upstream env", c.UpstreamEnv, false)
 }
 
@@ -77,6 +78,7 @@ func TestBoundsErrorsNameTheFlag(t *testing.T) {
 		{nil, []string{"--debug-max-conns", "0"}, `--debug-max-conns: "0": want a positive whole number`},
 		{nil, []string{"--debug-keys-max", "0"}, `--debug-keys-max: "0": want a positive whole number`},
 		{map[string]string{"RLS_MAX_KEYS": "0"}, nil, `RLS_MAX_KEYS: "0": want a positive whole number`},
+		{nil, []string{"--gc-heap-floor", "lots"}, `--gc-heap-floor: "lots": want off or a positive size such as 64MiB`},
 		{nil, []string{"--debug-write-timeout", "0"}, `--debug-write-timeout: "0": want a positive duration`},
 		{nil, []string{"--debug-profile-max", "-1s"}, `--debug-profile-max: "-1s": want a positive duration`},
 		{nil, []string{"--grpc-keepalive-min-time", "0s"}, `--grpc-keepalive-min-time: "0s": want a positive duration`},

@@ -71,6 +71,8 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		log.Warn(n)
 	}
 	defer applyMemoryLimit(cfg.MemoryLimit, cfg.src("memory-limit"), getenv, "/", log)()
+	_, stopGCTuner := startGCTuner(cfg.GCHeapFloor, getenv, log)
+	defer stopGCTuner()
 	headers, err := envoyapi.ParseHeaderMode(cfg.ResponseHeaders)
 	if err != nil {
 		return err
