@@ -272,12 +272,6 @@ func (d *decoder) duration(n *yaml.Node) (time.Duration, error) {
 	return v, nil
 }
 
-// millis decodes an integer count of milliseconds.
-func (d *decoder) millis(n *yaml.Node) (time.Duration, error) {
-	v, err := d.uint(n, uint64(24*time.Hour/time.Millisecond))
-	return time.Duration(v) * time.Millisecond, err
-}
-
 // block decodes the fields of one block (a rate_limit, a retry_config…).
 // Every bad field is reported as an error ending with the block's outcome
 // ("rate_limit dropped", "value ignored"), so a user fixes them all in one
@@ -336,14 +330,6 @@ func (b *block) float(f field, dst *float64) {
 
 func (b *block) duration(f field, dst *time.Duration) {
 	if v, err := b.d.duration(f.node); err != nil {
-		b.fail(f, err)
-	} else {
-		*dst = v
-	}
-}
-
-func (b *block) millis(f field, dst *time.Duration) {
-	if v, err := b.d.millis(f.node); err != nil {
 		b.fail(f, err)
 	} else {
 		*dst = v

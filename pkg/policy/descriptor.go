@@ -7,18 +7,17 @@ import (
 // maxDepth bounds descriptor nesting; Envoy descriptors are a few entries.
 const maxDepth = 32
 
-// descriptorFields is a descriptor's raw parts before it is built.
+// descriptorFields is a descriptor's scalars and the nodes of its blocks,
+// decoded once the descriptor is known not to be a duplicate.
 type descriptorFields struct {
-	key, value            string
+	spec                  DescriptorSpec
 	rateLimit, kids, meta *field
-	share                 bool
-	flags                 limitFlags
 }
 
 // limitFlags are the descriptor-level settings that shape its Limit.
 type limitFlags struct {
-	shadow, detailed, quota, valueToMetric bool
-	metadata                               map[string]any
+	shadow, detailed, quota bool
+	metadata                map[string]any
 }
 
 // decodeDescriptors reads a descriptors list into children of parent.
@@ -49,34 +48,14 @@ func (d *decoder) decodeDescriptor(parent *Node, n *yaml.Node, path string, dept
 	}
 	var df descriptorFields
 	must := newBlock(d, "descriptor dropped")
-	opt := newBlock(d, "value ignored")
-	for _, f := range fs {
-		switch f.key {
-		case "key":
-			must.str(f, &df.key)
-		case "value":
-			must.str(f, &df.value)
-		case "rate_limit":
-			df.rateLimit = &f
-		case "descriptors":
-			df.kids = &f
-		case "shadow_mode":
-			opt.boolean(f, &df.flags.shadow)
-		case "detailed_metric":
-			opt.boolean(f, &df.flags.detailed)
-		case "value_to_metric":
-			opt.boolean(f, &df.flags.valueToMetric)
-		case "quota_mode":
-			opt.boolean(f, &df.flags.quota)
-		case "share_threshold":
-			opt.boolean(f, &df.share)
-		case "metadata":
-			df.meta = &f
-		default:
-			must.unknown(f)
-		}
-	}
-	if df.key == "" && !must.bad {
+	newBlock(d, "value ignored").decode(fs, &df.spec, hooks{
+		"key":         func(f field) { must.str(f, &df.spec.Key) },
+		"value":       func(f field) { must.str(f, &df.spec.Value) },
+		"rate_limit":  func(f field) { df.rateLimit = &f },
+		"descriptors": func(f field) { df.kids = &f },
+		"metadata":    func(f field) { df.meta = &f },
+	})
+	if df.spec.Key == "" && !must.bad {
 		must.failf(n, join(path, "key"), "key is required")
 	}
 	if must.bad {
@@ -86,23 +65,25 @@ func (d *decoder) decodeDescriptor(parent *Node, n *yaml.Node, path string, dept
 }
 
 func (d *decoder) buildDescriptor(parent *Node, n *yaml.Node, path string, depth int, df *descriptorFields) {
-	c := newChild(parent, df.key, df.value)
+	s := &df.spec
+	c := newChild(parent, s.Key, s.Value)
 	if prev := parent.find(c); prev != nil {
 		d.errorf(n, path, "duplicate descriptor %s (descriptor dropped)", c.path)
 		return
 	}
-	c.share = df.share
-	if df.share && !c.wildcard && !c.keyOnly {
+	c.share = s.ShareThreshold
+	if c.share && !c.wildcard && !c.keyOnly {
 		d.warnf(n, join(path, "share_threshold"), "share_threshold has no effect on an exact value")
 		c.share = false
 	}
-	c.valueToMetric = df.flags.valueToMetric
+	c.valueToMetric = s.ValueToMetric
+	flags := limitFlags{shadow: s.ShadowMode, detailed: s.DetailedMetric, quota: s.QuotaMode}
 	if df.meta != nil {
-		df.flags.metadata = d.decodeMetadata(df.meta)
+		flags.metadata = d.decodeMetadata(df.meta)
 	}
 	if df.rateLimit != nil {
-		c.limit = d.buildLimit(df.rateLimit, c.path, df.flags)
-	} else if df.meta != nil || df.flags.quota {
+		c.limit = d.buildLimit(df.rateLimit, c.path, flags)
+	} else if df.meta != nil || flags.quota {
 		d.warnf(n, path, "quota_mode and metadata apply to a descriptor's rate_limit; this descriptor has none")
 	}
 	if df.kids != nil {

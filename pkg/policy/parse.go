@@ -93,31 +93,18 @@ func (d *decoder) decodeDocument(p *parsed, doc *yaml.Node, prefix string) bool 
 	if !ok {
 		return false
 	}
-	var domain string
-	var domainBad bool
+	var spec documentSpec
 	var domainField, descriptors *field
-	for _, f := range fs {
-		switch f.key {
-		case "domain":
-			domainField = &f
-			if s, err := d.str(f.node); err != nil {
-				d.errorf(f.node, f.path, "%v (domain dropped)", err)
-				domainBad = true
-			} else {
-				domain = s
-			}
-		case "descriptors":
-			descriptors = &f
-		case "targets":
-			p.targets = append(p.targets, d.decodeTargets(f)...)
-		default:
-			d.warnf(f.node, f.path, "unknown key %q ignored", f.key)
-		}
-	}
-	if domainBad {
+	b := newBlock(d, "domain dropped")
+	b.decode(fs, &spec, hooks{
+		"domain":      func(f field) { domainField = &f; b.str(f, &spec.Domain) },
+		"descriptors": func(f field) { descriptors = &f },
+		"targets":     func(f field) { p.targets = append(p.targets, d.decodeTargets(f)...) },
+	})
+	if b.bad {
 		return true
 	}
-	d.decodeDomain(p, prefix, domain, domainField, descriptors)
+	d.decodeDomain(p, prefix, spec.Domain, domainField, descriptors)
 	return true
 }
 

@@ -56,66 +56,30 @@ func (d *decoder) decodeRateLimit(n *yaml.Node, path string) *RateLimitSpec {
 	}
 	b := newBlock(d, "rate_limit dropped")
 	var s RateLimitSpec
-	var hasRPU, hasUnit bool
 	at := map[string]*yaml.Node{"": n}
 	for _, f := range fs {
 		at[f.key] = f.node
-		switch f.key {
-		case "name":
-			b.str(f, &s.Name)
-		case "unit":
-			b.str(f, &s.Unit)
-			hasUnit = s.Unit != ""
-		case "requests_per_unit":
-			b.uint32(f, &s.RequestsPerUnit)
-			hasRPU = true
-		case "unit_multiplier":
+	}
+	b.decode(fs, &s, hooks{
+		"unit_multiplier": func(f field) {
 			if v, err := d.uint32(f.node); err != nil || v == 0 {
 				b.failf(f.node, f.path, "unit_multiplier must be an integer ≥ 1")
 			} else {
 				s.UnitMultiplier = v
 			}
-		case "unlimited":
-			b.boolean(f, &s.Unlimited)
-		case "replaces":
-			s.Replaces = d.decodeReplaces(f)
-		default:
-			d.decodeAddition(b, f, &s)
-		}
-	}
-	if b.bad || !d.checkRateLimit(b, at, path, &s, hasUnit, hasRPU) {
+		},
+		"replaces": func(f field) { s.Replaces = d.decodeReplaces(f) },
+		"quota_mode": func(f field) {
+			// envoyproxy/ratelimit reads quota_mode on the descriptor,
+			// beside shadow_mode; accepted here too.
+			b.boolean(f, &s.QuotaMode)
+			d.warnf(f.node, f.path, "quota_mode belongs on the descriptor, beside shadow_mode; applied")
+		},
+	})
+	if b.bad || !d.checkRateLimit(b, at, path, &s, s.Unit != "", at["requests_per_unit"] != nil) {
 		return nil
 	}
 	return &s
-}
-
-// decodeAddition reads this service's additions to rate_limit.
-func (d *decoder) decodeAddition(b *block, f field, s *RateLimitSpec) {
-	switch f.key {
-	case "algorithm":
-		b.str(f, &s.Algorithm)
-	case "burst":
-		b.uint32(f, &s.Burst)
-	case "local_allowance":
-		b.float(f, &s.LocalAllowance)
-	case "sync_interval":
-		b.duration(f, &s.SyncInterval)
-	case "redis_timeout":
-		b.duration(f, &s.RedisTimeout)
-	case "cache_ttl":
-		b.duration(f, &s.CacheTTL)
-	case "on_store_unavailable":
-		b.str(f, &s.OnStoreUnavailable)
-	case "always_charge":
-		b.boolean(f, &s.AlwaysCharge)
-	case "quota_mode":
-		// envoyproxy/ratelimit reads quota_mode on the descriptor, beside
-		// shadow_mode; accepted here too.
-		b.boolean(f, &s.QuotaMode)
-		b.d.warnf(f.node, f.path, "quota_mode belongs on the descriptor, beside shadow_mode; applied")
-	default:
-		b.unknown(f)
-	}
 }
 
 // checkRateLimit applies the rules that span fields; at maps each field
@@ -174,23 +138,13 @@ func (d *decoder) decodeReplaces(f field) []ReplacesSpec {
 		if !ok {
 			continue
 		}
-		name := ""
-		for _, e := range fs {
-			if e.key != "name" {
-				d.warnf(e.node, e.path, "unknown key %q ignored", e.key)
-				continue
-			}
-			v, err := d.str(e.node)
-			if err != nil {
-				d.errorf(e.node, e.path, "%v (replaces entry dropped)", err)
-			}
-			name = v
-		}
-		if name == "" {
+		var r ReplacesSpec
+		newBlock(d, "replaces entry dropped").decode(fs, &r, nil)
+		if r.Name == "" {
 			d.errorf(it, p, "replaces entry needs a name (entry dropped)")
 			continue
 		}
-		out = append(out, ReplacesSpec{Name: name})
+		out = append(out, r)
 	}
 	return out
 }

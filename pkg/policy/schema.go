@@ -1,11 +1,27 @@
 package policy
 
-import "time"
+import (
+	"fmt"
+	"reflect"
+	"strings"
+	"sync"
+	"time"
+)
 
-// The types below document the two file kinds the package reads. They
-// carry yaml tags naming each field as it appears in a file. The parser
-// walks the YAML tree itself (to report paths and to drop only the bad
-// block), so these types have no custom unmarshalling.
+// The types below are the schema of the two file kinds the package reads,
+// and its only definition: the decoder knows a key only by their yaml tags
+// (any other key is an unknown-key warning), and decodes a scalar field
+// into them by the field's type. Blocks, lists and fields with rules of
+// their own are decoded by hooks, keyed by the same tags. The decoder walks
+// the YAML tree itself, to report paths and to drop only the bad block, so
+// the types have no custom unmarshalling.
+
+// documentSpec is what one YAML document may hold: a rate-limit file, a
+// targets file, or both.
+type documentSpec struct {
+	RateLimitFile `yaml:",inline"`
+	TargetsFile   `yaml:",inline"`
+}
 
 // RateLimitFile is an envoyproxy/ratelimit-compatible file: one domain and
 // its descriptor tree.
@@ -112,4 +128,87 @@ type RetryConfigSpec struct {
 	NumRetries uint32  `yaml:"num_retries"`
 	MaxDelayS  float64 `yaml:"max_delay_s"`
 	Profile    string  `yaml:"profile"` // standard (default) or interactive
+}
+
+// schemaKeys maps each yaml key of a schema struct to its field's index.
+type schemaKeys map[string][]int
+
+var schemaCache sync.Map // reflect.Type → schemaKeys
+
+// keysOf returns the yaml keys of struct type t, inline fields' keys
+// included. A field without a yaml name has no key.
+func keysOf(t reflect.Type) schemaKeys {
+	if k, ok := schemaCache.Load(t); ok {
+		return k.(schemaKeys)
+	}
+	keys := schemaKeys{}
+	addKeys(keys, t, nil)
+	schemaCache.Store(t, keys)
+	return keys
+}
+
+func addKeys(keys schemaKeys, t reflect.Type, at []int) {
+	for i := range t.NumField() {
+		f := t.Field(i)
+		idx := append(at[:len(at):len(at)], i)
+		name, opts, _ := strings.Cut(f.Tag.Get("yaml"), ",")
+		switch {
+		case opts == "inline":
+			addKeys(keys, f.Type, idx)
+		case name != "" && name != "-":
+			keys[name] = idx
+		}
+	}
+}
+
+// hooks decode, by yaml key, the fields of a block that are not plain
+// scalars or that have rules of their own.
+type hooks map[string]func(field)
+
+// decode decodes fs, in file order, into the schema struct dst points to.
+// A key is known when dst's type has a field with that yaml tag: its hook
+// decodes it if it has one, else b decodes the value by the field's type.
+// Any other key is an unknown-key warning. A hook for a key the schema
+// lacks is reported as an error: it is a decoder bug, caught by any test
+// that decodes the block.
+func (b *block) decode(fs []field, dst any, h hooks) {
+	v := reflect.ValueOf(dst).Elem()
+	keys := keysOf(v.Type())
+	for k := range h {
+		if keys[k] == nil {
+			b.d.errorf(nil, "", "internal error: the decoder reads %q, which %s lacks", k, v.Type().Name())
+		}
+	}
+	for _, f := range fs {
+		idx, ok := keys[f.key]
+		switch {
+		case !ok:
+			b.unknown(f)
+		case h[f.key] != nil:
+			h[f.key](f)
+		default:
+			b.scalar(f, v.FieldByIndex(idx).Addr().Interface())
+		}
+	}
+}
+
+// scalar decodes f into dst by dst's type.
+func (b *block) scalar(f field, dst any) {
+	switch p := dst.(type) {
+	case *string:
+		b.str(f, p)
+	case *bool:
+		b.boolean(f, p)
+	case **bool:
+		*p = new(bool)
+		b.boolean(f, *p)
+	case *uint32:
+		b.uint32(f, p)
+	case *float64:
+		b.float(f, p)
+	case *time.Duration:
+		b.duration(f, p)
+	default:
+		b.fail(f, fmt.Errorf("internal error: %s is a %T, which the decoder has no hook for", f.key, dst))
+	}
 }

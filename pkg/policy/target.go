@@ -79,33 +79,15 @@ func (d *decoder) decodeTarget(tf field) *Target {
 		return nil
 	}
 	t := &Target{Name: tf.key, File: d.file}
-	b := newBlock(d, "value ignored")
-	for _, f := range fs {
-		switch f.key {
-		case "provider":
-			b.str(f, &t.Provider)
-		case "api_host":
-			b.str(f, &t.APIHost)
-		case "cluster":
-			b.str(f, &t.Cluster)
-		case "model":
-			b.str(f, &t.Model)
-		case "context_window":
-			b.uint32(f, &t.ContextWindow)
-		case "max_concurrent":
-			b.uint32(f, &t.MaxConcurrent)
-		case "rate_limits":
-			t.RateLimit = d.decodeRateLimits(f)
-		case "token_limits":
-			t.TokenLimit = d.decodeTokenLimits(f)
-		case "retry_config":
-			t.Retry = d.decodeRetry(f)
-		case "fallback_models":
-			t.rawFallbacks, t.fallbackPath = d.decodeNames(f), f.path
-		default:
-			b.unknown(f)
-		}
-	}
+	var s TargetSpec
+	newBlock(d, "value ignored").decode(fs, &s, hooks{
+		"rate_limits":     func(f field) { t.RateLimit = d.decodeRateLimits(f) },
+		"token_limits":    func(f field) { t.TokenLimit = d.decodeTokenLimits(f) },
+		"retry_config":    func(f field) { t.Retry = d.decodeRetry(f) },
+		"fallback_models": func(f field) { t.rawFallbacks, t.fallbackPath = d.decodeNames(f), f.path },
+	})
+	t.Provider, t.APIHost, t.Cluster, t.Model = s.Provider, s.APIHost, s.Cluster, s.Model
+	t.ContextWindow, t.MaxConcurrent = s.ContextWindow, s.MaxConcurrent
 	if t.Cluster == "" {
 		t.Cluster = t.Name
 	}
@@ -144,18 +126,7 @@ func (d *decoder) decodeRetry(f field) *RetryPolicy {
 	}
 	var s RetryConfigSpec
 	b := newBlock(d, "retry_config dropped")
-	for _, e := range fs {
-		switch e.key {
-		case "num_retries":
-			b.uint32(e, &s.NumRetries)
-		case "max_delay_s":
-			b.float(e, &s.MaxDelayS)
-		case "profile":
-			b.str(e, &s.Profile)
-		default:
-			b.unknown(e)
-		}
-	}
+	b.decode(fs, &s, nil)
 	return d.checkRetry(b, f, &s)
 }
 

@@ -18,46 +18,11 @@ func (d *decoder) decodeRateLimits(f field) *limiter.Rule {
 	}
 	var s RateLimitsSpec
 	b := newBlock(d, "rate_limits dropped")
-	for _, e := range fs {
-		switch e.key {
-		case "algorithm":
-			b.str(e, &s.Algorithm)
-		case "requests_per_second":
-			b.uint32(e, &s.RequestsPerSecond)
-		case "requests_per_minute":
-			b.uint32(e, &s.RequestsPerMinute)
-		case "requests_per_hour":
-			b.uint32(e, &s.RequestsPerHour)
-		case "burst_size":
-			b.uint32(e, &s.BurstSize)
-		case "enabled":
-			s.Enabled = new(bool)
-			b.boolean(e, s.Enabled)
-		default:
-			d.decodeTargetTuning(b, e, &s)
-		}
-	}
+	b.decode(fs, &s, nil)
 	if b.bad {
 		return nil
 	}
 	return d.compileRateLimits(b, f, &s)
-}
-
-func (d *decoder) decodeTargetTuning(b *block, e field, s *RateLimitsSpec) {
-	switch e.key {
-	case "local_allowance":
-		b.float(e, &s.LocalAllowance)
-	case "sync_interval_ms":
-		b.uint32(e, &s.SyncIntervalMs)
-	case "redis_timeout_ms":
-		b.uint32(e, &s.RedisTimeoutMs)
-	case "cache_ttl_ms":
-		b.uint32(e, &s.CacheTTLMs)
-	case "on_store_unavailable":
-		b.str(e, &s.OnStoreUnavailable)
-	default:
-		b.unknown(e)
-	}
 }
 
 func (d *decoder) compileRateLimits(b *block, f field, s *RateLimitsSpec) *limiter.Rule {
@@ -105,20 +70,7 @@ func (d *decoder) decodeTokenLimits(f field) *limiter.Rule {
 	}
 	var s TokenLimitsSpec
 	b := newBlock(d, "token_limits dropped")
-	for _, e := range fs {
-		switch e.key {
-		case "algorithm":
-			b.str(e, &s.Algorithm)
-		case "tokens_per_minute":
-			b.uint32(e, &s.TokensPerMinute)
-		case "tokens_per_hour":
-			b.uint32(e, &s.TokensPerHour)
-		case "tokens_per_day":
-			b.uint32(e, &s.TokensPerDay)
-		default:
-			b.unknown(e)
-		}
-	}
+	b.decode(fs, &s, nil)
 	alg, err := limiter.ParseAlgorithm(s.Algorithm)
 	if err != nil {
 		b.failf(f.node, join(f.path, "algorithm"), "%v", err)
