@@ -9,9 +9,17 @@ import (
 	"github.com/ratelimit-svc/ratelimit-svc/pkg/resilience"
 )
 
-// SkipTokenLimited is the reason of a hop whose token budget is spent
-// while its request rate would have admitted it.
-const SkipTokenLimited resilience.SkipReason = "token_limit"
+// Skip reasons of this package's own checks.
+const (
+	// SkipTokenLimited is the reason of a hop whose token budget cannot
+	// take the request's estimate while its request rate would have
+	// admitted it.
+	SkipTokenLimited resilience.SkipReason = "token_limit"
+	// SkipContextWindow is the reason of a hop whose context_window is
+	// smaller than the request's estimate, or not larger than the window
+	// a context-length error came from (Scope.AboveWindow).
+	SkipContextWindow resilience.SkipReason = "context_window"
+)
 
 // Choice is the outcome of walking a target's fallback chain.
 type Choice struct {
@@ -28,6 +36,9 @@ type Choice struct {
 	// for the x-ratelimit-* headers of a refusal.
 	Denied    limiter.Result
 	HasDenied bool
+	// Reserved is the estimate taken from Hop's token budget (Scope.Tokens
+	// when the hop has one); Reconcile settles it with the usage reported.
+	Reserved uint64
 }
 
 // Release gives back what the serving hop holds until the request ends.
@@ -42,11 +53,28 @@ type Scope struct {
 	// it was routed: it is asked only its breakers and takes no slot or
 	// rate again.
 	Held string
+	// Tokens is the request's token estimate: a hop whose context_window
+	// is smaller is skipped, and a serving hop with a token budget
+	// reserves it there (a hop whose budget cannot take it is skipped).
+	// Zero reserves nothing and only checks that a budget is not spent.
+	Tokens uint64
+	// AboveWindow, when set, keeps only the hops whose context_window is
+	// larger: a context-length error moves a request to a larger window.
+	AboveWindow uint32
 }
 
 // keeps reports whether t may serve within the scope.
 func (s Scope) keeps(t *policy.Target) bool {
 	return t != nil && (s.Cluster == "" || t.Cluster == s.Cluster)
+}
+
+// fits reports whether t's context window can take the request.
+func (s Scope) fits(t *policy.Target) bool {
+	w := uint64(t.ContextWindow)
+	if s.AboveWindow > 0 && w <= uint64(s.AboveWindow) {
+		return false
+	}
+	return w == 0 || s.Tokens <= w
 }
 
 // Choose walks root's fallback chain depth first and takes the first hop
@@ -61,10 +89,13 @@ func (r *Router) Choose(ctx context.Context, snap *policy.Snapshot, root *policy
 		if !scope.keeps(t) {
 			return resilience.Skipped(resilience.SkipIneligible)
 		}
+		if !scope.fits(t) {
+			return resilience.Skipped(SkipContextWindow)
+		}
 		if name == scope.Held {
 			return r.admitHeld(&c, t)
 		}
-		res, err := r.admit(&c, t)
+		res, err := r.admit(&c, t, scope.Tokens)
 		if err != nil {
 			failure = err
 			return resilience.CallerFailed(err)
@@ -93,7 +124,7 @@ func chain(snap *policy.Snapshot, root *policy.Target) []string {
 // admit checks one hop. What it takes (a breaker probe, a slot, a rate
 // charge) is given back when a later check refuses the hop; the rate
 // charge comes last, so a refused hop consumes no budget.
-func (r *Router) admit(c *Choice, t *policy.Target) (resilience.HopResult, error) {
+func (r *Router) admit(c *Choice, t *policy.Target, tokens uint64) (resilience.HopResult, error) {
 	bt := BreakerTarget(t)
 	probe := false
 	if br := r.deps.Breakers; br != nil {
@@ -114,12 +145,15 @@ func (r *Router) admit(c *Choice, t *policy.Target) (resilience.HopResult, error
 		undo(nil)
 		return concurrencySkip(), nil
 	}
-	res, err := r.admitRate(c, t, limiter.Charge)
+	res, err := r.admitRate(c, t, limiter.Charge, tokens)
 	if err != nil || res.Status != resilience.HopServed {
 		undo(slot)
 		return res, err
 	}
 	c.Hop, c.Slot = t, slot
+	if t.TokenLimit != nil && r.deps.Limits != nil {
+		c.Reserved = tokens
+	}
 	return res, nil
 }
 
@@ -153,10 +187,11 @@ func (r *Router) acquire(t *policy.Target) (*limiter.Slot, bool) {
 }
 
 // admitRate decides one request of t's rate limit (op Charge takes it,
-// Check only looks) and checks that its token budget is not spent,
-// together: a refusal charges nothing. The served hop's rate decision
-// goes to c.Rate; the first refusal to c.Denied.
-func (r *Router) admitRate(c *Choice, t *policy.Target, op limiter.Op) (resilience.HopResult, error) {
+// Check only looks) and its token budget (op Charge with tokens > 0
+// reserves them, else it checks that the budget is not spent), together:
+// a refusal charges nothing. The served hop's rate decision goes to
+// c.Rate; the first refusal to c.Denied.
+func (r *Router) admitRate(c *Choice, t *policy.Target, op limiter.Op, tokens uint64) (resilience.HopResult, error) {
 	if r.deps.Limits == nil || (t.RateLimit == nil && t.TokenLimit == nil) {
 		return resilience.Served(), nil
 	}
@@ -172,6 +207,9 @@ func (r *Router) admitRate(c *Choice, t *policy.Target, op limiter.Op) (resilien
 	}
 	if t.TokenLimit != nil {
 		reqs[n] = limiter.Request{Key: TokenKey(t), Rule: t.TokenLimit, Op: limiter.Check}
+		if op == limiter.Charge && tokens > 0 {
+			reqs[n] = limiter.Request{Key: TokenKey(t), Rule: reservation(t.TokenLimit), Hits: tokens, Op: limiter.Charge}
+		}
 		n++
 	}
 	ok, err := r.deps.Limits.Decide(reqs[:n], out[:n])

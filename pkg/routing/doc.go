@@ -17,14 +17,20 @@
 //     visited is reported with its reason (Choice.Walk), and a chain
 //     without a serving hop is described by Choice.Refusal.
 //     A Scope narrows a walk to the hops of one Envoy cluster (an
-//     attempt's) and names a hop the request holds already.
+//     attempt's), names a hop the request holds already, and carries the
+//     request's token estimate: a hop whose context_window is smaller is
+//     skipped (context_window), and the serving hop reserves the estimate
+//     from its token budget (a budget that cannot take it skips the hop,
+//     token_limit). Router.Reconcile settles a reservation with the usage
+//     the response reported (a charge past the budget is kept as debt, a
+//     smaller usage is refunded).
 //   - Router.Alternative looks along the same chain without taking
 //     anything: whether another hop could serve right now.
 //   - Router.Next applies a target's retry_config (RetryPolicy) to an
 //     attempt's verdict: retry the target, move to an alternative at once
 //     (which an interactive target prefers to waiting, and any target
 //     does once it may not retry), or stop; and how long to skip the
-//     target.
+//     target. A context-length error moves only to a larger window.
 //
 // The zero value of Router is not usable: build one with New. A Deps
 // field left nil turns its concern off (no limits, no caps, no

@@ -47,13 +47,18 @@ type Next struct {
 	SkipFor time.Duration
 }
 
-// Next plans what follows an attempt on t that ended with verdict v.
+// Next plans what follows an attempt on t that ended with verdict v. A
+// context-length error fails over only to a hop with a larger
+// context_window than t's.
 // retries counts the attempts t made for this request before this one;
 // root is the target the request asked for (nil: t alone), whose chain,
 // within scope, offers the alternatives an interactive target prefers
 // to waiting, and that any target fails over to once it may not retry.
 func (r *Router) Next(snap *policy.Snapshot, root, t *policy.Target, v resilience.Verdict, retries int, scope Scope) Next {
 	var alt *policy.Target
+	if v.Class == resilience.ClassContextLength {
+		scope.AboveWindow = max(t.ContextWindow, 1) // only a larger window can take it
+	}
 	if v.Failed() && v.Failover && root != nil {
 		alt, _ = r.Alternative(snap, root, t.Name, scope)
 	}
@@ -82,7 +87,7 @@ func (r *Router) Next(snap *policy.Snapshot, root, t *policy.Target, v resilienc
 func (r *Router) Alternative(snap *policy.Snapshot, root *policy.Target, current string, scope Scope) (*policy.Target, bool) {
 	for _, name := range chain(snap, root) {
 		t := snap.Target(name)
-		if name == current || !scope.keeps(t) {
+		if name == current || !scope.keeps(t) || !scope.fits(t) {
 			continue
 		}
 		if r.eligible(t) {
@@ -101,6 +106,6 @@ func (r *Router) eligible(t *policy.Target) bool {
 		return false
 	}
 	var c Choice
-	res, err := r.admitRate(&c, t, limiter.Check)
+	res, err := r.admitRate(&c, t, limiter.Check, 0)
 	return err == nil && res.Status == resilience.HopServed
 }

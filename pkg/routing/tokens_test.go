@@ -1,0 +1,123 @@
+package routing_test
+
+import (
+	"context"
+	"testing"
+
+	"github.com/ratelimit-svc/ratelimit-svc/pkg/limiter"
+	"github.com/ratelimit-svc/ratelimit-svc/pkg/limiter/limitertest"
+	"github.com/ratelimit-svc/ratelimit-svc/pkg/policy"
+	"github.com/ratelimit-svc/ratelimit-svc/pkg/resilience"
+	"github.com/ratelimit-svc/ratelimit-svc/pkg/routing"
+)
+
+const tokenTargets = `
+targets:
+  big:
+    cluster: acme
+    context_window: 1000
+    rate_limits: {requests_per_minute: 10, algorithm: fixed_window}
+    token_limits: {tokens_per_minute: 1000}
+    fallback_models: [small, huge]
+  small:
+    cluster: acme
+    context_window: 200
+  huge:
+    cluster: other
+    context_window: 100000
+`
+
+func newTokenRig(t *testing.T) *rig {
+	t.Helper()
+	snap := policy.Compile(policy.File{Name: "tokens.yaml", Data: []byte(tokenTargets)})
+	if policy.HasErrors(snap.Problems()) {
+		t.Fatalf("policy: %v", snap.Problems())
+	}
+	g := &rig{t: t, snap: snap, clk: limitertest.NewClock(t0), reg: resilience.NewRegistry()}
+	g.lim = limiter.New(limiter.WithClock(g.clk))
+	g.r = routing.New(routing.Deps{Limits: g.lim, Slots: g.lim, Breakers: g.reg, Now: g.clk.Now})
+	return g
+}
+
+// tokensLeft reads what big's token budget has left, taking nothing.
+func (g *rig) tokensLeft() uint64 {
+	g.t.Helper()
+	tg := g.target("big")
+	out := make([]limiter.Result, 1)
+	if _, err := g.lim.Decide([]limiter.Request{{Key: routing.TokenKey(tg), Rule: tg.TokenLimit, Op: limiter.Check}}, out); err != nil {
+		g.t.Fatal(err)
+	}
+	return out[0].Remaining
+}
+
+// TestChooseReservesTokens: the serving hop reserves the estimate; a hop
+// whose budget cannot take it is skipped as token_limit without spending
+// its request rate; reconciling charges or refunds the difference.
+func TestChooseReservesTokens(t *testing.T) {
+	g := newTokenRig(t)
+	c := g.choose("big", routing.Scope{Tokens: 600})
+	if c.Hop.Name != "big" || c.Reserved != 600 || g.tokensLeft() != 400 {
+		t.Fatalf("hop %v reserved %d, %d left; want big, 600, 400", c.Hop, c.Reserved, g.tokensLeft())
+	}
+	c = g.choose("big", routing.Scope{Tokens: 100, Cluster: "other"})
+	wantHops(t, c, hop{"big", skip, resilience.SkipIneligible}, hop{"small", skip, resilience.SkipIneligible}, hop{"huge", served, ""})
+	if c.Reserved != 0 {
+		t.Errorf("a hop without a budget reserved %d", c.Reserved)
+	}
+	c = g.choose("big", routing.Scope{Tokens: 500, Cluster: "other"})
+	if c.Hop.Name != "huge" {
+		t.Fatalf("hop %v, want huge", c.Hop)
+	}
+	c = g.choose("big", routing.Scope{Tokens: 500})
+	wantHops(t, c, hop{"big", skip, routing.SkipTokenLimited}, hop{"small", skip, routing.SkipContextWindow}, hop{"huge", served, ""})
+	if c.Rate.Limit != 0 || !c.HasDenied {
+		t.Errorf("rate %+v denied %v: want the token refusal recorded", c.Rate, c.HasDenied)
+	}
+	if err := g.r.Reconcile(g.target("big"), 600, 250); err != nil {
+		t.Fatal(err)
+	}
+	if left := g.tokensLeft(); left != 750 {
+		t.Errorf("after a refund %d left, want 750", left)
+	}
+	if err := g.r.Reconcile(g.target("big"), 100, 900); err != nil {
+		t.Fatal(err)
+	}
+	if left := g.tokensLeft(); left != 0 {
+		t.Errorf("after a charge past the budget %d left, want 0", left)
+	}
+	// Requests taken: the first reservation only; the refused walk gave its rate back.
+	out := make([]limiter.Result, 1)
+	tg := g.target("big")
+	g.lim.Decide([]limiter.Request{{Key: routing.RateKey(tg), Rule: tg.RateLimit, Op: limiter.Check}}, out)
+	if out[0].Remaining != 9 {
+		t.Errorf("big's requests left %d, want 9", out[0].Remaining)
+	}
+}
+
+// TestContextWindow: a hop smaller than the estimate is skipped; after a
+// context-length error only a larger window is an alternative; a request
+// too large for every hop is refused with 400.
+func TestContextWindow(t *testing.T) {
+	g := newTokenRig(t)
+	c := g.choose("big", routing.Scope{Tokens: 5000})
+	wantHops(t, c, hop{"big", skip, routing.SkipContextWindow}, hop{"small", skip, routing.SkipContextWindow}, hop{"huge", served, ""})
+	v := resilience.Classify(resilience.Input{Status: 400, Body: []byte(`{"error":{"code":"context_length_exceeded","message":"too long"}}`)})
+	if v.Class != resilience.ClassContextLength {
+		t.Fatalf("class %v", v.Class)
+	}
+	n := g.r.Next(g.snap, g.target("big"), g.target("big"), v, 0, routing.Scope{})
+	if n.Alternative == nil || n.Alternative.Name != "huge" {
+		t.Errorf("alternative %v, want huge (small's window is smaller)", n.Alternative)
+	}
+	n = g.r.Next(g.snap, g.target("big"), g.target("big"), v, 0, routing.Scope{Cluster: "acme"})
+	if n.Alternative != nil || n.Retry {
+		t.Errorf("alternative %v retry %v in acme, want none", n.Alternative, n.Retry)
+	}
+	c, err := g.r.Choose(context.Background(), g.snap, g.target("big"), routing.Scope{Tokens: 1 << 20})
+	if err != nil || c.Hop != nil {
+		t.Fatalf("hop %v err %v, want none", c.Hop, err)
+	}
+	if r := c.Refusal(g.target("big")); r.Status != 400 || r.Code != "context_length_exceeded" || r.Outcome != "context_window" {
+		t.Errorf("refusal %+v", r)
+	}
+}
