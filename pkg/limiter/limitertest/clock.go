@@ -1,5 +1,9 @@
-// Package limitertest holds test doubles for the limiter: a fake clock
-// whose time moves only when told. Production code must not import it.
+// Package limitertest holds test doubles for the limiter and the
+// conformance suite of its stores: Clock, a fake clock whose time moves
+// only when told; FaultyStore, a store wrapper with outages, partitions
+// and delays switched on by the test; and StoreSuite (real time) and
+// StoreSuiteInBubble (testing/synctest's virtual time), which every
+// limiter.Store runs. Production code must not import it.
 package limitertest
 
 import (

@@ -4,60 +4,87 @@ import (
 	"context"
 	"fmt"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/ratelimit-svc/ratelimit-svc/pkg/limiter"
 )
 
 // StoreSuite is the conformance suite of limiter.Store: every
-// implementation runs it. It works on real time, as a Redis store's clock
-// (Redis TIME) cannot be faked, so it reads instants from the replies and
-// waits out leases of a few hundred milliseconds; its subtests run in
+// implementation runs it, on real time or in a bubble. On real time, as a
+// Redis store's clock (Redis TIME) cannot be faked, it reads instants from
+// the replies and sleeps until the instants it needs have passed: leases
+// and windows of a few hundred milliseconds. Its subtests run in
 // parallel. newStore returns an empty store, or one that shares no keys
 // or replicas with the other calls' stores (a Redis store with its own
 // service name).
 func StoreSuite(t *testing.T, newStore func(t *testing.T) limiter.Store) {
-	tests := []struct {
-		name string
-		run  func(*testing.T, limiter.Store)
-	}{
-		{"EmptyCalls", testEmptyCalls},
-		{"Clock", testClock},
-		{"GrantWithinFreeBudget", testGrantWithinFreeBudget},
-		{"OthersCounted", testOthersCounted},
-		{"SplitShare", testSplitShare},
-		{"HitsCharged", testHitsCharged},
-		{"Refund", testRefund},
-		{"LateHits", testLateHits},
-		{"LateHitsSliding", testLateHitsSliding},
-		{"KeptCredit", testKeptCredit},
-		{"ReservationExpiry", testReservationExpiry},
-		{"Release", testRelease},
-		{"LastMile", testLastMile},
-		{"SlidingDryUnit", testSlidingDryUnit},
-		{"TokenBucket", testTokenBucket},
-		{"MultipleWindows", testMultipleWindows},
-		{"RecordExpiry", testRecordExpiry},
-		{"DistinctKeys", testDistinctKeys},
-		{"Slots", testSlots},
-		{"SlotExpiryAndRelease", testSlotExpiryAndRelease},
-		{"Heartbeat", testHeartbeat},
-		{"ConcurrentReplicas", testConcurrentReplicas},
-		{"CanceledContext", testCanceledContext},
-		{"SharesUnreported", testSharesUnreported},
-		{"ShareHits", testShareHits},
-		{"ShareRelease", testShareRelease},
-		{"ShareEpochs", testShareEpochs},
-		{"Members", testMembers},
-		{"Contention", testContention},
-		{"WaitContention", testWaitContention},
-	}
-	for _, tt := range tests {
+	storeSuite(t, newStore, false)
+}
+
+// StoreSuiteInBubble runs the suite with each case in a testing/synctest
+// bubble, for stores that read the time package's clock and timers (a
+// memstore.Store with the real clock): time is virtual there, so the
+// suite's waits take no real time and every instant is exact. newStore is
+// called inside the bubble.
+func StoreSuiteInBubble(t *testing.T, newStore func(t *testing.T) limiter.Store) {
+	storeSuite(t, newStore, true)
+}
+
+func storeSuite(t *testing.T, newStore func(t *testing.T) limiter.Store, bubble bool) {
+	for _, tt := range suiteCases {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
-			tt.run(t, newStore(t))
+			if !bubble {
+				tt.run(t, newStore(t))
+				return
+			}
+			synctest.Test(t, func(t *testing.T) { tt.run(t, newStore(t)) })
 		})
 	}
+}
+
+var suiteCases = []struct {
+	name string
+	run  func(*testing.T, limiter.Store)
+}{
+	{"EmptyCalls", testEmptyCalls},
+	{"Clock", testClock},
+	{"GrantWithinFreeBudget", testGrantWithinFreeBudget},
+	{"OthersCounted", testOthersCounted},
+	{"SplitShare", testSplitShare},
+	{"HitsCharged", testHitsCharged},
+	{"Refund", testRefund},
+	{"LateHits", testLateHits},
+	{"LateHitsSliding", testLateHitsSliding},
+	{"KeptCredit", testKeptCredit},
+	{"ReservationExpiry", testReservationExpiry},
+	{"Release", testRelease},
+	{"LastMile", testLastMile},
+	{"SlidingDryUnit", testSlidingDryUnit},
+	{"TokenBucket", testTokenBucket},
+	{"MultipleWindows", testMultipleWindows},
+	{"RecordExpiry", testRecordExpiry},
+	{"DistinctKeys", testDistinctKeys},
+	{"Slots", testSlots},
+	{"SlotExpiryAndRelease", testSlotExpiryAndRelease},
+	{"Heartbeat", testHeartbeat},
+	{"ConcurrentReplicas", testConcurrentReplicas},
+	{"CanceledContext", testCanceledContext},
+	{"SharesUnreported", testSharesUnreported},
+	{"ShareHits", testShareHits},
+	{"ShareRelease", testShareRelease},
+	{"ShareEpochs", testShareEpochs},
+	{"Members", testMembers},
+	{"Contention", testContention},
+	{"WaitContention", testWaitContention},
+}
+
+// sleepPast sleeps until the store's clock, read as from (µs), is past
+// the instant to: on real time the store's clock and the sleep's are the
+// same machine's, and in a bubble both are the bubble's.
+func sleepPast(from, to int64) {
+	time.Sleep(time.Duration(to-from)*time.Microsecond + time.Millisecond)
 }
 
 func fixed(limit uint64, period time.Duration) []limiter.Window {
@@ -276,11 +303,13 @@ func testReservationExpiry(t *testing.T, st limiter.Store) {
 	ws := fixed(10, time.Hour)
 	it := item("k", ws, 10)
 	it.Lease = 150 * time.Millisecond
-	expect(t, "a's credit", sync1(t, st, "a", it).Credit, 10)
-	expect(t, "b's credit while a's lease runs", sync1(t, st, "b", item("k", ws, 10)).Credit, 0)
-	// b reserved nothing; a's lease lapses.
-	time.Sleep(300 * time.Millisecond)
+	a := sync1(t, st, "a", it)
+	expect(t, "a's credit", a.Credit, 10)
 	b := sync1(t, st, "b", item("k", ws, 10))
+	expect(t, "b's credit while a's lease runs", b.Credit, 0)
+	// b reserved nothing; a's lease lapses.
+	sleepPast(b.Now, a.Now+int64(it.Lease/time.Microsecond))
+	b = sync1(t, st, "b", item("k", ws, 10))
 	expect(t, "b's credit after a's lease", b.Credit, 10)
 	expect(t, "b's others after a's lease", b.Others, 0)
 	it.Unused, it.Want = 10, 0

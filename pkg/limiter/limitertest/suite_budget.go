@@ -2,7 +2,6 @@ package limitertest
 
 import (
 	"fmt"
-	"sync"
 	"testing"
 	"time"
 
@@ -68,15 +67,19 @@ func testSlidingDryUnit(t *testing.T, st limiter.Store) {
 	tight.Algorithm, tight.Replicas = limiter.SlidingWindow, 8
 	expect(t, "no dry unit where the slack is short of a unit each", sync1(t, st, "a", tight).Credit, 0)
 
-	short := item("p", []limiter.Window{{Limit: 6, Period: 200 * time.Millisecond}}, 1)
+	period := 200 * time.Millisecond
+	short := item("p", []limiter.Window{{Limit: 6, Period: period}}, 1)
 	short.Algorithm, short.Replicas, short.Denied = limiter.SlidingWindow, 4, 1
-	expect(t, "credit of the denying replica", sync1(t, st, "a", short).Credit, 1) // ⌊6/4⌋
+	denial := sync1(t, st, "a", short)
+	expect(t, "credit of the denying replica", denial.Credit, 1) // ⌊6/4⌋
 	short.Denied = 0
 	expect(t, "split while pressed", sync1(t, st, "b", short).Credit, 1)
 	expect(t, "split while pressed", sync1(t, st, "c", short).Credit, 1)
-	expect(t, "no dry unit while pressed", sync1(t, st, "d", short).Credit, 0)
-	time.Sleep(250 * time.Millisecond) // one period: the reservations outlive it
 	r := sync1(t, st, "d", short)
+	expect(t, "no dry unit while pressed", r.Credit, 0)
+	// One period after the denial; the reservations outlive it.
+	sleepPast(r.Now, denial.Now+int64(period/time.Microsecond))
+	r = sync1(t, st, "d", short)
 	expect(t, "dry unit a period after the denial", r.Credit, 1)
 	expect(t, "pressed a period after the denial", r.Pressed, false)
 }
@@ -111,41 +114,47 @@ func testMultipleWindows(t *testing.T, st limiter.Store) {
 }
 
 // testRecordExpiry: once a key's windows are fresh and no reservation is
-// live, the store forgets it; until then it keeps it.
+// live, the store forgets it; until then it keeps it. Windows of 250 ms
+// keep the wait short on real time; a run that crosses more than one
+// window's end (a busy machine) starts again.
 func testRecordExpiry(t *testing.T, st limiter.Store) {
-	per := int64(time.Second / time.Microsecond)
-	run := func(key string, a limiter.Algorithm) (before, after limiter.SyncResult) {
-		it := item(key, fixed(10, time.Second), 0)
-		it.Algorithm = a
-		it.Lease = 0
-		r0 := sync1(t, st, "a", it)
-		if r0.Now%per > per*8/10 { // too close to the boundary: start in the next window
-			time.Sleep(time.Duration(per-r0.Now%per+20_000) * time.Microsecond)
-			r0 = sync1(t, st, "a", it)
+	const period = 250 * time.Millisecond
+	per := int64(period / time.Microsecond)
+	items := []limiter.SyncItem{item("fixed", fixed(10, period), 0), item("sliding", fixed(10, period), 0)}
+	items[1].Algorithm = limiter.SlidingWindow
+	for attempt := 0; ; attempt++ {
+		before := make([]limiter.SyncResult, len(items))
+		after := make([]limiter.SyncResult, len(items))
+		for i := range items {
+			items[i].Key, items[i].Lease = fmt.Sprint(i, "/", attempt), 0
 		}
-		it.Hits = []limiter.Hit{{At: r0.Now, N: 3}}
-		before = sync1(t, st, "a", it)
-		time.Sleep(time.Duration((before.Windows[0].Epoch+1)*per-before.Now+50_000) * time.Microsecond)
-		it.Hits = nil
-		return before, sync1(t, st, "a", it)
-	}
-	var wg sync.WaitGroup
-	wg.Add(2)
-	var fb, fa, sb, sa limiter.SyncResult
-	go func() { defer wg.Done(); fb, fa = run("fixed", limiter.FixedWindow) }()
-	go func() { defer wg.Done(); sb, sa = run("sliding", limiter.SlidingWindow) }()
-	wg.Wait()
-	if t.Failed() {
-		return
-	}
-	if fa.Windows[0].Epoch == fb.Windows[0].Epoch+1 {
+		r0 := sync1(t, st, "a", items[0])
+		if r0.Now%per > per/2 { // late in the window: start in the next one
+			sleepPast(r0.Now, (r0.Now/per+1)*per)
+			r0 = sync1(t, st, "a", items[0])
+		}
+		e := r0.Windows[0].Epoch
+		for i, it := range items {
+			it.Hits = []limiter.Hit{{At: r0.Now, N: 3}}
+			before[i] = sync1(t, st, "a", it)
+		}
+		sleepPast(before[1].Now, (e+1)*per)
+		for i, it := range items {
+			after[i] = sync1(t, st, "a", it)
+		}
+		crossed := before[1].Windows[0].Epoch != e || after[0].Windows[0].Epoch != e+1 || after[1].Windows[0].Epoch != e+1
+		if crossed && attempt < 3 {
+			continue
+		}
+		expect(t, "fixed window's count", before[0].Windows[0].Cur, 3)
+		expect(t, "fixed: epoch after", after[0].Windows[0].Epoch, e+1)
 		// A fixed window is fresh in the next window: forgotten, so its
 		// count does not roll into Prev.
-		expect(t, "fixed window's previous count after expiry", fa.Windows[0].Prev, 0)
-	}
-	if sa.Windows[0].Epoch == sb.Windows[0].Epoch+1 {
+		expect(t, "fixed window's previous count after expiry", after[0].Windows[0].Prev, 0)
 		// A sliding window still weighs the previous one: kept.
-		expect(t, "sliding window's previous count", sa.Windows[0].Prev, 3)
+		expect(t, "sliding: epoch after", after[1].Windows[0].Epoch, e+1)
+		expect(t, "sliding window's previous count", after[1].Windows[0].Prev, 3)
+		return
 	}
 }
 

@@ -123,14 +123,14 @@ func testShareHits(t *testing.T, st limiter.Store) {
 // (key n). Credit granted from it lapses when the share returns
 // (Expires).
 func testShareRelease(t *testing.T, st limiter.Store) {
-	w := limiter.Window{Limit: 100, Period: time.Second}
-	per := int64(time.Second / time.Microsecond)
+	w := limiter.Window{Limit: 100, Period: 250 * time.Millisecond}
+	per := int64(w.Period / time.Microsecond)
 	for attempt := 0; ; attempt++ {
 		k, n := fmt.Sprint("k", attempt), fmt.Sprint("n", attempt)
 		e := epochOf(t, st, w)
 		r0 := sync1(t, st, "a", shared(k, w, 0, 4, e)) // S = 25
 		if r0.Now%per > per/2 {                        // start early in a window
-			time.Sleep(time.Duration(per-r0.Now%per+20_000) * time.Microsecond)
+			sleepPast(r0.Now, (r0.Now/per+1)*per)
 			e = epochOf(t, st, w)
 			r0 = sync1(t, st, "a", shared(k, w, 0, 4, e))
 		}
@@ -159,7 +159,7 @@ func testShareRelease(t *testing.T, st limiter.Store) {
 		expect(t, "c's expiry without credit", c.Expires, c.Now+minute)
 		expect(t, "c's others", c.Others, 20+75)
 
-		time.Sleep(time.Duration((e+1)*per-c.Now+50_000) * time.Microsecond)
+		sleepPast(c.Now, (e+1)*per)
 		again := shared(k, w, 0, 4, e+1)
 		again.Unused = 20
 		r := sync1(t, st, "b", again)

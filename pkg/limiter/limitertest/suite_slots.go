@@ -37,10 +37,12 @@ func testSlots(t *testing.T, st limiter.Store) {
 
 func testSlotExpiryAndRelease(t *testing.T, st limiter.Store) {
 	a := limiter.SlotItem{Key: "k", Max: 3, Held: 3, Lease: 150 * time.Millisecond}
-	expect(t, "a's slots", slots1(t, st, "a", a).Granted, 3)
+	ra := slots1(t, st, "a", a)
+	expect(t, "a's slots", ra.Granted, 3)
 	b := limiter.SlotItem{Key: "k", Max: 3, Want: 3, Lease: time.Minute}
-	expect(t, "b's slots while a's lease runs", slots1(t, st, "b", b).Granted, 0)
-	time.Sleep(300 * time.Millisecond)
+	rb := slots1(t, st, "b", b)
+	expect(t, "b's slots while a's lease runs", rb.Granted, 0)
+	sleepPast(rb.Now, ra.Now+int64(a.Lease/time.Microsecond))
 	expect(t, "b's slots after a's lease", slots1(t, st, "b", b).Granted, 3)
 	if err := st.Release(context.Background(), "b", nil, []string{"k"}); err != nil {
 		t.Fatal(err)
@@ -54,9 +56,12 @@ func testSlotExpiryAndRelease(t *testing.T, st limiter.Store) {
 func testHeartbeat(t *testing.T, st limiter.Store) {
 	expect(t, "replicas", heartbeat(t, st, "a", time.Minute).Replicas, 1)
 	expect(t, "replicas", heartbeat(t, st, "b", time.Minute).Replicas, 2)
-	expect(t, "replicas", heartbeat(t, st, "c", 150*time.Millisecond).Replicas, 3)
-	expect(t, "replicas again", heartbeat(t, st, "a", time.Minute).Replicas, 3)
-	time.Sleep(300 * time.Millisecond)
+	const lease = 150 * time.Millisecond
+	c := heartbeat(t, st, "c", lease)
+	expect(t, "replicas", c.Replicas, 3)
+	again := heartbeat(t, st, "a", time.Minute)
+	expect(t, "replicas again", again.Replicas, 3)
+	sleepPast(again.Now, c.Now+int64(lease/time.Microsecond))
 	expect(t, "replicas after c's lease", heartbeat(t, st, "a", time.Minute).Replicas, 2)
 	if err := st.Leave(context.Background(), "b"); err != nil {
 		t.Fatal(err)

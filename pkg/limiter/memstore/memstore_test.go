@@ -8,6 +8,8 @@ import (
 	"github.com/ratelimit-svc/ratelimit-svc/pkg/limiter/memstore"
 )
 
+// TestStoreSuite runs the suite in synctest bubbles: the store's real
+// clock and timers are the bubble's, so its waits take no real time.
 func TestStoreSuite(t *testing.T) {
-	limitertest.StoreSuite(t, func(*testing.T) limiter.Store { return memstore.New(nil) })
+	limitertest.StoreSuiteInBubble(t, func(*testing.T) limiter.Store { return memstore.New(nil) })
 }
