@@ -9,6 +9,8 @@ import (
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/keepalive"
+
+	"github.com/ratelimit-svc/ratelimit-svc/pkg/envoyapi"
 )
 
 // bounds are what the service allows a client before it times out, sheds
@@ -57,6 +59,9 @@ type bounds struct {
 	// GCHeapFloor is the heap the garbage collector lets grow before it
 	// collects (gcTuner); 0: Go's default.
 	GCHeapFloor uint64
+	// RLS is what one ShouldRateLimit request may ask: descriptors,
+	// entries, the size of a key or value, the longest override window.
+	RLS envoyapi.RequestBounds
 	// MaxKeys is the most rate limit keys a replica holds; at the bound a
 	// request for a key not held is denied (limiter.WithMaxKeys).
 	MaxKeys int
@@ -105,6 +110,14 @@ var boundFlags = []boundFlag{
 		usage: "the largest gRPC message read (a buffered ext_proc body and its framing); larger ones fail RESOURCE_EXHAUSTED", parse: intOf(fRecvBytes, 1)},
 	{name: "gc-heap-floor", env: "RLS_GC_HEAP_FLOOR", def: "64MiB",
 		usage: "heap the garbage collector lets grow before it collects, for a small live heap (GOGC set in the environment wins); off: Go's default", parse: parseHeapFloorFlag},
+	{name: "rls-max-descriptors", env: "RLS_RLS_MAX_DESCRIPTORS", def: strconv.Itoa(envoyapi.DefaultMaxDescriptors),
+		usage: "descriptors one ShouldRateLimit request may carry; more: INVALID_ARGUMENT", parse: intOf(fRLSDescriptors, 1)},
+	{name: "rls-max-entries", env: "RLS_RLS_MAX_ENTRIES", def: strconv.Itoa(envoyapi.DefaultMaxEntries),
+		usage: "descriptor entries one ShouldRateLimit request may carry in all; more: INVALID_ARGUMENT", parse: intOf(fRLSEntries, 1)},
+	{name: "rls-max-value-bytes", env: "RLS_RLS_MAX_VALUE_BYTES", def: strconv.Itoa(envoyapi.DefaultMaxValueBytes),
+		usage: "bytes of a descriptor entry's key or value (each distinct value is a key held); more: INVALID_ARGUMENT", parse: intOf(fRLSValueBytes, 1)},
+	{name: "rls-max-override-period", env: "RLS_RLS_MAX_OVERRIDE_PERIOD", def: envoyapi.DefaultMaxOverridePeriod.String(),
+		usage: "longest window a descriptor's limit override may ask for (a key and its Redis record live as long as it); longer: INVALID_ARGUMENT", parse: rlsOverridePeriod},
 	{name: "max-keys", env: "RLS_MAX_KEYS", def: "1000000",
 		usage: "rate limit keys a replica holds (about 500 bytes each); at the bound a request that would charge a key not held is denied and counted (mode \"full\")", parse: intOf(fMaxKeys, 1)},
 	{name: "memory-limit", env: "RLS_MEMORY_LIMIT", def: "auto",
@@ -128,6 +141,12 @@ func fDebugKeys(b *bounds) *int              { return &b.DebugKeysMax }
 func fStreams(b *bounds) *int                { return &b.GRPCMaxStreams }
 func fRecvBytes(b *bounds) *int              { return &b.GRPCMaxRecvBytes }
 func fMaxKeys(b *bounds) *int                { return &b.MaxKeys }
+func fRLSDescriptors(b *bounds) *int         { return &b.RLS.MaxDescriptors }
+func fRLSEntries(b *bounds) *int             { return &b.RLS.MaxEntries }
+func fRLSValueBytes(b *bounds) *int          { return &b.RLS.MaxValueBytes }
+func rlsOverridePeriod(b *bounds, s string) error {
+	return durationOf(func(b *bounds) *time.Duration { return &b.RLS.MaxOverridePeriod }, 1)(b, s)
+}
 func parseHeapFloorFlag(b *bounds, s string) (err error) {
 	b.GCHeapFloor, err = parseHeapFloor(s)
 	return err
@@ -214,6 +233,7 @@ func (b bounds) grpcOptions() []grpc.ServerOption {
 			MinTime: b.GRPCKeepaliveMinTime, PermitWithoutStream: b.GRPCKeepaliveWithoutStream}),
 		grpc.KeepaliveParams(params),
 		grpc.MaxRecvMsgSize(b.GRPCMaxRecvBytes),
+		envoyapi.ServerCodec(),
 	}
 	if b.GRPCMaxStreams > 0 {
 		opts = append(opts, grpc.MaxConcurrentStreams(uint32(b.GRPCMaxStreams)))

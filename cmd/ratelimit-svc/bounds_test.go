@@ -4,6 +4,8 @@ import (
 	"io"
 	"testing"
 	"time"
+
+	"github.com/ratelimit-svc/ratelimit-svc/pkg/envoyapi"
 )
 
 func TestBoundsDefaults(t *testing.T) {
@@ -30,6 +32,8 @@ func TestBoundsDefaults(t *testing.T) {
 	equal(t, "memory", c.MemoryLimit, memoryLimit{})
 	equal(t, "max keys", c.MaxKeys, 1_000_000)
 	equal(t, "gc heap floor", c.GCHeapFloor, uint64(64<<20))
+	equal(t, "rls bounds", c.RLS, envoyapi.RequestBounds{MaxDescriptors: 64, MaxEntries: 512, MaxValueBytes: 4096,
+		MaxOverridePeriod: 366 * 24 * time.Hour})
 	equal(t, "upstream env", c.UpstreamEnv, false)
 }
 
@@ -78,6 +82,7 @@ func TestBoundsErrorsNameTheFlag(t *testing.T) {
 		{nil, []string{"--debug-max-conns", "0"}, `--debug-max-conns: "0": want a positive whole number`},
 		{nil, []string{"--debug-keys-max", "0"}, `--debug-keys-max: "0": want a positive whole number`},
 		{map[string]string{"RLS_MAX_KEYS": "0"}, nil, `RLS_MAX_KEYS: "0": want a positive whole number`},
+		{nil, []string{"--rls-max-override-period", "0s"}, `--rls-max-override-period: "0s": want a positive duration`},
 		{nil, []string{"--gc-heap-floor", "lots"}, `--gc-heap-floor: "lots": want off or a positive size such as 64MiB`},
 		{nil, []string{"--debug-write-timeout", "0"}, `--debug-write-timeout: "0": want a positive duration`},
 		{nil, []string{"--debug-profile-max", "-1s"}, `--debug-profile-max: "-1s": want a positive duration`},

@@ -53,7 +53,8 @@ func wire(cfg config, log *slog.Logger, tel *telemetry, tr *tracing, headers env
 	a.rls = envoyapi.NewRLS(pol, a.lim, envoyapi.WithLogger(log.With("component", "rls")),
 		envoyapi.WithMeterProvider(tel.provider), envoyapi.WithResponseHeaders(headers),
 		envoyapi.WithHeaderNames(cfg.HeaderNames[0], cfg.HeaderNames[1], cfg.HeaderNames[2]),
-		envoyapi.WithCharging(charging), envoyapi.WithDynamicMetadata(cfg.DynamicMetadata))
+		envoyapi.WithCharging(charging), envoyapi.WithDynamicMetadata(cfg.DynamicMetadata),
+		envoyapi.WithRequestBounds(cfg.RLS))
 	breakers := resilience.NewRegistry(resilience.WithStateChange(envoyapi.BreakerTransitions(tel.provider)))
 	xp := envoyapi.NewExtProc(pol, envoyapi.ExtProcDeps{Limits: a.lim, Slots: a.lim, Breakers: breakers},
 		envoyapi.WithLogger(log.With("component", "extproc")), envoyapi.WithMeterProvider(tel.provider))

@@ -45,6 +45,7 @@ type options struct {
 	metadata bool
 	// metricLimits caps the per-limit metric labels (WithMetricLimits).
 	metricLimits int
+	bounds       RequestBounds
 }
 
 // Option configures a server of this package.

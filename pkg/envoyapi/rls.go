@@ -2,7 +2,6 @@ package envoyapi
 
 import (
 	"context"
-	"fmt"
 	"log/slog"
 	"math"
 	"sync"
@@ -37,6 +36,7 @@ type RLS struct {
 	names    [3]string
 	charging Charging
 	metadata bool
+	bounds   RequestBounds
 	log      *slog.Logger
 	metrics  *rlsMetrics
 	scratch  sync.Pool
@@ -52,6 +52,7 @@ func NewRLS(p Policies, d Decider, opts ...Option) *RLS {
 		names:    o.names,
 		charging: o.charging,
 		metadata: o.metadata,
+		bounds:   o.bounds.withDefaults(),
 		log:      o.log,
 		metrics:  newRLSMetrics(o.meter, o.metricLimits),
 		scratch:  sync.Pool{New: func() any { return new(batch) }},
@@ -59,6 +60,8 @@ func NewRLS(p Policies, d Decider, opts ...Option) *RLS {
 }
 
 // RegisterRLS registers s as envoy.service.ratelimit.v3.RateLimitService.
+// Serve it with ServerCodec among the server's options, so a request with
+// invalid UTF-8 is answered InvalidArgument rather than gRPC's Internal.
 func RegisterRLS(r grpc.ServiceRegistrar, s *RLS) {
 	ratelimitv3.RegisterRateLimitServiceServer(r, s)
 }
@@ -68,12 +71,13 @@ func RegisterRLS(r grpc.ServiceRegistrar, s *RLS) {
 // only when all of them are); what is charged then depends on the
 // Charging mode (WithCharging): by default, nothing.
 func (s *RLS) ShouldRateLimit(ctx context.Context, req *ratelimitv3.RateLimitRequest) (*ratelimitv3.RateLimitResponse, error) {
-	if err := validate(req); err != nil {
+	if err := s.bounds.validate(req); err != nil {
 		return nil, toStatus(err)
 	}
 	b := s.scratch.Get().(*batch)
 	defer s.scratch.Put(b)
 	b.reset(len(req.Descriptors), s.charging)
+	b.maxOverride = s.bounds.MaxOverridePeriod
 	snap := s.policies.Current()
 	root := snap.Domain(req.Domain)
 	b.usage, b.shadow = isUsageReport(req), snap.ShadowMode()
@@ -160,20 +164,4 @@ func remainingField(n uint64) uint32 {
 		return math.MaxUint32
 	}
 	return uint32(n)
-}
-
-// validate rejects what Envoy never sends and no limit can be found for.
-func validate(req *ratelimitv3.RateLimitRequest) error {
-	switch {
-	case req.GetDomain() == "":
-		return fmt.Errorf("%w: empty domain", errBadRequest)
-	case len(req.GetDescriptors()) == 0:
-		return fmt.Errorf("%w: no descriptors", errBadRequest)
-	}
-	for i, d := range req.Descriptors {
-		if d == nil || len(d.Entries) == 0 {
-			return fmt.Errorf("%w: descriptor %d has no entries", errBadRequest, i)
-		}
-	}
-	return nil
 }

@@ -3,6 +3,7 @@ package envoyapi
 import (
 	"fmt"
 	"slices"
+	"time"
 
 	rlcommonv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	ratelimitv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
@@ -49,6 +50,8 @@ type batch struct {
 	usage    bool // a usage report: every charge is recorded (see isUsageReport)
 	shadow   bool // global shadow mode
 	memo     counterMemo
+	// maxOverride is the longest window an override may ask for.
+	maxOverride time.Duration
 }
 
 func (b *batch) reset(n int, charging Charging) {
@@ -108,6 +111,10 @@ func (b *batch) planOverride(p *plan, req *ratelimitv3.RateLimitRequest, o *rlco
 	rule, err := policy.RuleFromOverride(o.RequestsPerUnit, policy.Unit(o.Unit), mult, p.limit)
 	if err != nil {
 		return fmt.Errorf("%w: %w", errBadRequest, err)
+	}
+	if period := rule.Windows[0].Period; period > b.maxOverride {
+		return fmt.Errorf("%w: limit override: a window of %v, longer than the longest an override may ask for (%v)",
+			errBadRequest, period, b.maxOverride)
 	}
 	p.kind, p.rule, p.override = limited, rule, o
 	p.key = limiter.AppendPart(p.key, rule.Fingerprint())

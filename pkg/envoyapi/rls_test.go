@@ -75,6 +75,7 @@ type rig struct {
 	t      *testing.T
 	clk    *limitertest.Clock
 	client ratelimitv3.RateLimitServiceClient
+	conn   *grpc.ClientConn
 	rls    *envoyapi.RLS
 }
 
@@ -87,8 +88,8 @@ func newRig(t *testing.T, opts ...envoyapi.Option) *rig {
 	}
 	clk := limitertest.NewClock(t0)
 	rls := envoyapi.NewRLS(staticPolicies{snap}, limiter.New(limiter.WithClock(clk)), opts...)
-	conn := envoytest.Loopback(t, func(s *grpc.Server) { envoyapi.RegisterRLS(s, rls) })
-	return &rig{t: t, clk: clk, client: ratelimitv3.NewRateLimitServiceClient(conn), rls: rls}
+	conn := envoytest.Loopback(t, func(s *grpc.Server) { envoyapi.RegisterRLS(s, rls) }, envoyapi.ServerCodec())
+	return &rig{t: t, clk: clk, client: ratelimitv3.NewRateLimitServiceClient(conn), conn: conn, rls: rls}
 }
 
 func desc(kv ...string) *rlcommonv3.RateLimitDescriptor {
