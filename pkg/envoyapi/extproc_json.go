@@ -3,7 +3,6 @@ package envoyapi
 import (
 	"bytes"
 	"encoding/json"
-	"strconv"
 )
 
 // modelField locates the top-level "model" string of a JSON object body.
@@ -76,20 +75,6 @@ func (f modelField) withModel(body []byte, model string) []byte {
 		prev = s[1]
 	}
 	return append(out, body[prev:]...)
-}
-
-// totalTokens reads usage.total_tokens from a JSON response body.
-func totalTokens(body []byte) (uint64, bool) {
-	var r struct {
-		Usage *struct {
-			TotalTokens *json.Number `json:"total_tokens"`
-		} `json:"usage"`
-	}
-	if json.Unmarshal(body, &r) != nil || r.Usage == nil || r.Usage.TotalTokens == nil {
-		return 0, false
-	}
-	n, err := strconv.ParseUint(r.Usage.TotalTokens.String(), 10, 64)
-	return n, err == nil && n > 0
 }
 
 // apiError is the OpenAI-style error body of a local reply.

@@ -69,17 +69,3 @@ func validUTF8(s string) bool {
 	var back string
 	return json.Unmarshal(b, &back) == nil && back == s
 }
-
-func TestTotalTokens(t *testing.T) {
-	for in, want := range map[string]uint64{
-		`{"usage":{"total_tokens":42}}`:  42,
-		`{"usage":{"total_tokens":4.2}}`: 0,
-		`{"usage":{}}`:                   0,
-		`{"usage":{"total_tokens":-1}}`:  0,
-		`not json`:                       0,
-	} {
-		if got, _ := totalTokens([]byte(in)); got != want {
-			t.Errorf("%s: %d, want %d", in, got, want)
-		}
-	}
-}

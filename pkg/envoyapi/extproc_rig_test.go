@@ -83,7 +83,13 @@ type extRig struct {
 
 func newExtRig(t *testing.T, opts ...envoyapi.Option) *extRig {
 	t.Helper()
-	snap := policy.Compile(policy.File{Name: "targets.yaml", Data: []byte(targetsPolicy)})
+	return newExtRigWith(t, targetsPolicy, opts...)
+}
+
+// newExtRigWith is newExtRig over the targets of policyText.
+func newExtRigWith(t *testing.T, policyText string, opts ...envoyapi.Option) *extRig {
+	t.Helper()
+	snap := policy.Compile(policy.File{Name: "targets.yaml", Data: []byte(policyText)})
 	if policy.HasErrors(snap.Problems()) || len(snap.Targets()) == 0 {
 		t.Fatalf("test policy: %v", snap.Problems())
 	}
@@ -107,7 +113,7 @@ func newExtRig(t *testing.T, opts ...envoyapi.Option) *extRig {
 func (r *extRig) downstream() *envoytest.Filter {
 	return &envoytest.Filter{Client: r.client, Role: "downstream",
 		RequestBodyMode: extprocfilterv3.ProcessingMode_BUFFERED, ResponseBodyMode: extprocfilterv3.ProcessingMode_STREAMED,
-		AllowModeOverride: true, MessageTimeout: 5 * time.Second}
+		AllowModeOverride: true, MessageTimeout: 5 * time.Second, ReceivingNamespaces: []string{"envoy.filters.http.ext_proc"}}
 }
 
 // upstream is the filter in a cluster's upstream chain: headers only,

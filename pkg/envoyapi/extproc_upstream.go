@@ -132,7 +132,7 @@ func (u *upstream) forward(body []byte, model modelField, inBody bool) *extprocv
 			m.del(hdrFallbackFrom)
 		}
 	}
-	return routeAnswer(&m, body, model, hop.Model, u.contentLen, inBody, false)
+	return routeAnswer(&m, body, model, hop.Model, u.contentLen, inBody, false, false)
 }
 
 // responseHeaders judges the attempt on its status and headers. An error

@@ -11,8 +11,9 @@ import (
 
 // Attributes Envoy's ext_proc filter sends, under attrNamespace.
 const (
-	attrNamespace = "envoy.filters.http.ext_proc"
-	attrCluster   = "xds.cluster_name"
+	attrNamespace   = "envoy.filters.http.ext_proc"
+	attrCluster     = "xds.cluster_name"
+	attrCodeDetails = "response.code_details"
 )
 
 // headerMap is a message's header list as Envoy sends it: lower-case keys,
@@ -193,14 +194,18 @@ func (w *bodyWait) body(b *extprocv3.HttpBody,
 
 // routeAnswer answers the request message that completed a routing
 // decision: the mutation m, and for a buffered body that names another
-// model than the hop's, the body with only its model replaced. The
+// model than the hop's, the body with only its model replaced (or the
+// body as given when the caller rewrote it otherwise). The
 // content-length matches the body sent: the new one, or the body itself
 // when contentLen, the header as it arrived ("" when unknown), does not.
-func routeAnswer(m *mutation, body []byte, model modelField, hopModel, contentLen string, inBody, clearRoute bool) *extprocv3.ProcessingResponse {
+func routeAnswer(m *mutation, body []byte, model modelField, hopModel, contentLen string, inBody, clearRoute, rewritten bool) *extprocv3.ProcessingResponse {
 	var newBody []byte
 	switch {
 	case inBody && len(model.spans) > 0 && model.value != hopModel:
 		newBody = model.withModel(body, hopModel)
+		m.put(hdrContentLen, strconv.Itoa(len(newBody)))
+	case inBody && rewritten:
+		newBody = body
 		m.put(hdrContentLen, strconv.Itoa(len(newBody)))
 	case inBody && contentLen != "" && contentLen != strconv.Itoa(len(body)):
 		m.put(hdrContentLen, strconv.Itoa(len(body)))

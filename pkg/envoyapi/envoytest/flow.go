@@ -7,6 +7,7 @@ import (
 
 	extprocfilterv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/ext_proc/v3"
 	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
+	"google.golang.org/protobuf/types/known/structpb"
 )
 
 // path is the direction a message travels.
@@ -272,6 +273,8 @@ type Exchange struct {
 	Local        *LocalReply
 	RouteCleared bool
 	Stats        Stats
+	// Metadata is the dynamic metadata the processor set, by namespace.
+	Metadata map[string]*structpb.Struct
 }
 
 // RoundTrip runs a whole exchange on a new stream: the request path, the
@@ -296,6 +299,6 @@ func (f *Filter) RoundTrip(ctx context.Context, req Request, upstream func(Reque
 		x.Local = local
 		x.Response = Response{Headers: local.Headers, Body: local.Body}
 	}
-	x.RouteCleared, x.Stats = s.RouteCleared(), s.Stats()
+	x.RouteCleared, x.Stats, x.Metadata = s.RouteCleared(), s.Stats(), s.DynamicMetadata()
 	return x, err
 }

@@ -15,7 +15,9 @@
 // path of a downstream filter; each message gets exactly one response of
 // its own kind, within the message timeout. Bodies are sent whole
 // (BUFFERED) or in chunks (STREAMED, content-length dropped, each chunk
-// answered on its own).
+// answered on its own). Dynamic metadata is kept for the namespaces the
+// filter receives (metadata_options.receiving_namespaces) and dropped,
+// counted, for the others.
 //
 // Route emulates the router's retries around a cluster's upstream
 // filter: one request header map for every attempt, x-envoy-attempt-count,

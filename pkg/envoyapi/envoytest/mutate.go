@@ -33,6 +33,9 @@ type Stats struct {
 	ClearRouteCacheIgnored int
 	// Messages and Responses count what went each way.
 	Messages, Responses int
+	// DroppedMetadata counts dynamic metadata namespaces a response set
+	// outside the filter's receiving namespaces (Envoy drops them).
+	DroppedMetadata int
 }
 
 // ignored records a mutation Envoy ignores: counted, and an error in

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"slices"
 	"time"
 
 	extprocfilterv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/ext_proc/v3"
@@ -45,6 +46,10 @@ type Filter struct {
 	// Lenient only counts (as Envoy does) the mutations Envoy ignores;
 	// by default they fail the exchange, since they are processor bugs.
 	Lenient bool
+	// ReceivingNamespaces is metadata_options.receiving_namespaces.untyped:
+	// the dynamic metadata namespaces Envoy applies from responses; the
+	// others are dropped (counted in Stats.DroppedMetadata).
+	ReceivingNamespaces []string
 }
 
 // Request is an HTTP request as the filter sees it (pseudo-headers
@@ -75,6 +80,7 @@ type Stream struct {
 	respStarted  bool // the first response-path message went out
 	closed       bool // the processor ended the stream: Envoy goes on unmodified
 	routeCleared bool
+	metadata     map[string]*structpb.Struct
 }
 
 type received struct {
@@ -110,6 +116,33 @@ func (s *Stream) pump() {
 		}
 		if err != nil {
 			return
+		}
+	}
+}
+
+// DynamicMetadata is the stream's dynamic metadata by namespace: what the
+// processor's responses set in the receiving namespaces, later values
+// replacing earlier ones key by key.
+func (s *Stream) DynamicMetadata() map[string]*structpb.Struct { return s.metadata }
+
+// applyMetadata merges a response's dynamic metadata, as Envoy does for
+// the receiving namespaces.
+func (s *Stream) applyMetadata(md *structpb.Struct) {
+	for ns, v := range md.GetFields() {
+		if !slices.Contains(s.f.ReceivingNamespaces, ns) || v.GetStructValue() == nil {
+			s.stats.DroppedMetadata++
+			continue
+		}
+		if s.metadata == nil {
+			s.metadata = map[string]*structpb.Struct{}
+		}
+		cur := s.metadata[ns]
+		if cur == nil {
+			cur = &structpb.Struct{Fields: map[string]*structpb.Value{}}
+			s.metadata[ns] = cur
+		}
+		for k, fv := range v.GetStructValue().GetFields() {
+			cur.Fields[k] = fv
 		}
 	}
 }
@@ -216,6 +249,7 @@ func (s *Stream) exchange(msg *extprocv3.ProcessingRequest, k kind) (*extprocv3.
 			if !k.matches(r.resp) {
 				return nil, fmt.Errorf("%w: spurious response %T to message kind %d", ErrRejected, r.resp.GetResponse(), k)
 			}
+			s.applyMetadata(r.resp.GetDynamicMetadata())
 			return r.resp, nil
 		case <-timer.C:
 			return nil, ErrTimeout
