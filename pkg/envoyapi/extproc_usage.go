@@ -30,10 +30,10 @@ const (
 type meterMode uint8
 
 const (
-	meterNone meterMode = iota // no usage to read: the reservation stands
-	meterJSON                  // the whole body, buffered
-	meterSSE                   // a text/event-stream, chunk by chunk
-	meterError                 // an error response: nothing was generated
+	meterNone  meterMode = iota // no usage to read: the reservation stands
+	meterJSON                   // the whole body, buffered
+	meterSSE                    // a text/event-stream, chunk by chunk
+	meterError                  // an error response: nothing was generated
 )
 
 // usageMeter follows one response's token usage for the downstream role:
