@@ -17,7 +17,7 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// With RLS_MEASURE_CALLGRIND=1, TestMeasureScriptCost runs its own
+// With -callgrind, BenchmarkScriptCost runs its own
 // redis-server under valgrind's callgrind and counts the instructions
 // Redis executes for each run of calls: a count that, unlike time, does
 // not move with what else the machine runs. It needs valgrind and
@@ -36,33 +36,33 @@ type callgrind struct {
 
 // startCallgrind starts redis-server under callgrind for the test and
 // returns it and a client of it. The server stops when the test ends.
-func startCallgrind(t *testing.T) (*callgrind, *redis.Client) {
-	t.Helper()
+func startCallgrind(tb testing.TB) (*callgrind, *redis.Client) {
+	tb.Helper()
 	for _, bin := range []string{"valgrind", "callgrind_control", "redis-server"} {
 		if _, err := exec.LookPath(bin); err != nil {
-			t.Fatalf("RLS_MEASURE_CALLGRIND: %s not on PATH", bin)
+			tb.Fatalf("-callgrind: %s not on PATH", bin)
 		}
 	}
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
-		t.Fatal(err)
+		tb.Fatal(err)
 	}
 	port := l.Addr().(*net.TCPAddr).Port
 	l.Close()
-	dir := t.TempDir()
+	dir := tb.TempDir()
 	// hz 1: the server's cron, counted with the calls, runs once a second.
 	cmd := exec.Command("valgrind", "--tool=callgrind", "--callgrind-out-file="+filepath.Join(dir, "cg.out"),
 		"redis-server", "--port", strconv.Itoa(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
 		"--dir", dir, "--hz", "1")
 	if err := cmd.Start(); err != nil {
-		t.Fatalf("starting callgrind: %v", err)
+		tb.Fatalf("starting callgrind: %v", err)
 	}
 	exited := make(chan struct{})
 	go func() {
 		_ = cmd.Wait()
 		close(exited)
 	}()
-	t.Cleanup(func() {
+	tb.Cleanup(func() {
 		_ = cmd.Process.Signal(syscall.SIGTERM)
 		select {
 		case <-exited:
@@ -82,36 +82,36 @@ func startCallgrind(t *testing.T) (*callgrind, *redis.Client) {
 		}
 		select {
 		case <-exited:
-			t.Fatal("redis-server under callgrind exited")
+			tb.Fatal("redis-server under callgrind exited")
 		case <-time.After(100 * time.Millisecond):
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("redis-server under callgrind: not listening in 60s: %v", err)
+			tb.Fatalf("redis-server under callgrind: not listening in 60s: %v", err)
 		}
 	}
 	c := redis.NewClient(&redis.Options{Addr: addr, ReadTimeout: -1, WriteTimeout: -1, MaxRetries: -1})
-	t.Cleanup(func() { c.Close() })
+	tb.Cleanup(func() { c.Close() })
 	if err := c.Ping(context.Background()).Err(); err != nil {
-		t.Fatalf("redis-server under callgrind: %v", err)
+		tb.Fatalf("redis-server under callgrind: %v", err)
 	}
 	return &callgrind{pid: strconv.Itoa(cmd.Process.Pid), dir: dir, next: 1}, c
 }
 
 // count returns the instructions Redis executed while run ran.
-func (cg *callgrind) count(t *testing.T, run func()) float64 {
-	t.Helper()
+func (cg *callgrind) count(tb testing.TB, run func()) float64 {
+	tb.Helper()
 	if out, err := exec.Command("callgrind_control", "-z", cg.pid).CombinedOutput(); err != nil {
-		t.Fatalf("callgrind_control -z: %v: %s", err, out)
+		tb.Fatalf("callgrind_control -z: %v: %s", err, out)
 	}
 	run()
 	if out, err := exec.Command("callgrind_control", "-d", cg.pid).CombinedOutput(); err != nil {
-		t.Fatalf("callgrind_control -d: %v: %s", err, out)
+		tb.Fatalf("callgrind_control -d: %v: %s", err, out)
 	}
 	file := filepath.Join(cg.dir, fmt.Sprintf("cg.out.%d", cg.next))
 	cg.next++
 	n, err := callgrindTotal(file)
 	if err != nil {
-		t.Fatal(err)
+		tb.Fatal(err)
 	}
 	return n
 }
@@ -134,10 +134,10 @@ func callgrindTotal(file string) (float64, error) {
 
 // costCount counts the instructions of one run of v on calls (on a
 // fresh Lua state, after a run that warms it), in thousands per call.
-func costCount(t *testing.T, cg *callgrind, c *redis.Client, v costVariant, calls []call) float64 {
-	t.Helper()
+func costCount(tb testing.TB, cg *callgrind, c *redis.Client, v costVariant, calls []call) float64 {
+	tb.Helper()
 	ctx := context.Background()
-	sha := loadFresh(t, c, v)
+	sha := loadFresh(tb, c, v)
 	run := func() {
 		pipe := c.Pipeline()
 		for _, cl := range calls {
@@ -148,18 +148,17 @@ func costCount(t *testing.T, cg *callgrind, c *redis.Client, v costVariant, call
 			}
 		}
 		if _, err := pipe.Exec(ctx); err != nil {
-			t.Fatalf("%s: %v", v.name, err)
+			tb.Fatalf("%s: %v", v.name, err)
 		}
 	}
 	run()
-	return cg.count(t, run) / 1000 / float64(len(calls))
+	return cg.count(tb, run) / 1000 / float64(len(calls))
 }
 
-// costBaseline is, with RLS_MEASURE_BASELINE set to a folder holding
-// another revision's lib.lua, record.lua (if it has one) and rate.lua,
-// that rate script, measured beside this one.
-func costBaseline(t *testing.T) (costVariant, bool) {
-	dir := os.Getenv("RLS_MEASURE_BASELINE")
+// costBaseline is, with dir a folder holding another revision's lib.lua,
+// record.lua (if it has one) and rate.lua, that rate script, measured
+// beside this one; none when dir is empty.
+func costBaseline(tb testing.TB, dir string) (costVariant, bool) {
 	if dir == "" {
 		return costVariant{}, false
 	}
@@ -170,7 +169,7 @@ func costBaseline(t *testing.T) (costVariant, bool) {
 		err3 = nil
 	}
 	if err := errors.Join(err1, err2, err3); err != nil {
-		t.Fatalf("RLS_MEASURE_BASELINE: %v", err)
+		tb.Fatalf("-baseline: %v", err)
 	}
 	return costVariant{name: "baseline rate.lua", src: string(lib) + string(record) + string(rate)}, true
 }

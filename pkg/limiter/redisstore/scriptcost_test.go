@@ -2,9 +2,9 @@ package redisstore
 
 import (
 	"context"
+	"flag"
 	"fmt"
 	"math"
-	"os"
 	"strings"
 	"testing"
 	"time"
@@ -79,10 +79,10 @@ const costFunction = "rls_rate_cost"
 // costVariants are the scripts measured on a case's calls, each adding a
 // part of the rate script to the one before, the commands alone, and the
 // rate script as a function.
-func costVariants(t *testing.T) []costVariant {
+func costVariants(tb testing.TB) []costVariant {
 	defs, _, ok := strings.Cut(rateLua, "\nreturn main(KEYS, ARGV)")
 	if !ok {
-		t.Fatal("rate.lua: no main call")
+		tb.Fatal("rate.lua: no main call")
 	}
 	// A library may not read a global that does not exist, as lib.lua
 	// does of replicate_commands (functions replicate their effects), and
@@ -90,7 +90,7 @@ func costVariants(t *testing.T) []costVariant {
 	// definitions run at the first call, and stay.
 	const replicate = "if redis.replicate_commands then redis.replicate_commands() end\n"
 	if !strings.Contains(libLua, replicate) {
-		t.Fatal("lib.lua: no replicate_commands line")
+		tb.Fatal("lib.lua: no replicate_commands line")
 	}
 	library := "#!lua name=rls_cost\nlocal main\nredis.register_function('" + costFunction + "', function(keys, args)\n" +
 		"if not main then main = (function()\n" + strings.Replace(libLua, replicate, "", 1) + recordLua + defs +
@@ -119,77 +119,69 @@ return 0`
 	}
 }
 
-// TestMeasureScriptCost measures what a rate script call costs Redis, by
-// Redis's own accounting (INFO commandstats, INFO cpu), for each kind of
-// item and each part of the script; with RLS_MEASURE_CALLGRIND=1, in
-// instructions instead (scriptcost_callgrind_test.go); with
-// RLS_MEASURE_BASELINE, beside another revision's script. Run with
-// RLS_MEASURE=1 and -v; it asserts that every call was applied and every
-// reply of the rate script reads as a sync result.
-func TestMeasureScriptCost(t *testing.T) {
-	if os.Getenv("RLS_MEASURE") != "1" {
-		t.Skip("a measurement: set RLS_MEASURE=1 to run it")
-	}
+var (
+	costCallgrind = flag.Bool("callgrind", false,
+		"BenchmarkScriptCost: count the instructions redis-server runs under valgrind's callgrind instead of its time")
+	costBaselineDir = flag.String("baseline", "",
+		"BenchmarkScriptCost: a folder with another revision's lib.lua, rate.lua and record.lua, measured beside this one")
+)
+
+// BenchmarkScriptCost measures what a rate script call costs Redis, for
+// each kind of item (costCases) and each part of the script
+// (costVariants): one sub-benchmark per pair, each of its b.N runs a
+// pass of the case's calls on a fresh Lua state. It reports Redis's own
+// accounting, the least of the runs: redis-µs/call (INFO commandstats'
+// µs of EVALSHA or FCALL) and redis-cpu-µs/call (used_cpu_user+sys);
+// with -callgrind, kinstr/call, the thousands of instructions
+// redis-server executes for a call (scriptcost_callgrind_test.go). With
+// -baseline, another revision's rate script is measured beside this one.
+// It fails when a call was not applied or a reply of the rate script does
+// not read as a sync result.
+func BenchmarkScriptCost(b *testing.B) {
 	var cg *callgrind
 	var c *redis.Client
-	unit := "µs"
-	if os.Getenv("RLS_MEASURE_CALLGRIND") == "1" {
-		cg, c = startCallgrind(t)
-		unit = "k instructions"
+	if *costCallgrind {
+		cg, c = startCallgrind(b)
 	} else {
-		c = redistest.Start(t).Client(t)
+		c = redistest.Start(b).Client(b)
 	}
-	variants := costVariants(t)
-	if base, ok := costBaseline(t); ok {
+	variants := costVariants(b)
+	if base, ok := costBaseline(b, *costBaselineDir); ok {
 		variants = append(variants, base)
 	}
-	head := "| item | keys a call | " + strings.Join(variantNames(variants), " | ") + " | rate.lua per key"
-	if cg == nil {
-		head += " | Redis CPU per key (µs)"
-	}
-	t.Logf("%s per call:", unit)
-	t.Log(head + " |")
-	t.Log("|---" + strings.Repeat("|---", strings.Count(head, "|")-1) + "|")
 	for i, cc := range costCases() {
-		calls := costCalls(t, c, fmt.Sprint("cost", i), cc)
-		row := []string{cc.name, fmt.Sprint(cc.keys)}
-		var full, cpu float64
-		for _, v := range variants {
-			var x, cpuUs float64
-			if cg != nil {
-				x = costCount(t, cg, c, v, calls[:min(len(calls), callgrindCalls)])
-			} else {
-				x, cpuUs = costRun(t, c, v, calls, costReps)
+		b.Run(cc.name, func(b *testing.B) {
+			calls := costCalls(b, c, fmt.Sprint("cost", i), cc)
+			for _, v := range variants {
+				b.Run(v.name, func(b *testing.B) { costBench(b, cg, c, v, calls) })
 			}
-			row = append(row, fmt.Sprintf("%.1f", x))
-			if v.name == "rate.lua" {
-				full, cpu = x, cpuUs
-			}
-		}
-		row = append(row, fmt.Sprintf("%.1f", full/float64(cc.keys)))
-		if cg == nil {
-			row = append(row, fmt.Sprintf("%.1f", cpu/float64(cc.keys)))
-		}
-		t.Log("| " + strings.Join(row, " | ") + " |")
+		})
 	}
 }
 
-func variantNames(vs []costVariant) []string {
-	var names []string
-	for _, v := range vs {
-		names = append(names, v.name)
+// costBench is one sub-benchmark of BenchmarkScriptCost: v on calls.
+func costBench(b *testing.B, cg *callgrind, c *redis.Client, v costVariant, calls []call) {
+	if cg != nil {
+		var n float64
+		for range b.N {
+			n = costCount(b, cg, c, v, calls[:min(len(calls), callgrindCalls)])
+		}
+		b.ReportMetric(n, "kinstr/call")
+		return
 	}
-	return names
+	us, cpu := costRun(b, c, v, calls, b.N)
+	b.ReportMetric(us, "redis-µs/call")
+	b.ReportMetric(cpu, "redis-cpu-µs/call")
 }
 
 // costCalls builds 2000 keys' worth of calls of cc (4000 for batches),
 // replicas taking turns, and applies them twice so every key holds each
 // replica's reservation or share record.
-func costCalls(t *testing.T, c *redis.Client, service string, cc costCase) []call {
+func costCalls(tb testing.TB, c *redis.Client, service string, cc costCase) []call {
 	ctx := context.Background()
 	now, err := c.Time(ctx).Result()
 	if err != nil {
-		t.Fatal(err)
+		tb.Fatal(err)
 	}
 	s := New(c, service)
 	keys := 2000
@@ -214,11 +206,11 @@ func costCalls(t *testing.T, c *redis.Client, service string, cc costCase) []cal
 	for range costReplicas {
 		cmds, err := s.evalRound(ctx, rateScript, calls)
 		if err != nil {
-			t.Fatal(err)
+			tb.Fatal(err)
 		}
 		for i, cmd := range cmds {
 			if err := decodeSyncs(cmd, items[i], out); err != nil {
-				t.Fatal(err)
+				tb.Fatal(err)
 			}
 		}
 		// The next replica's turn.
@@ -231,16 +223,16 @@ func costCalls(t *testing.T, c *redis.Client, service string, cc costCase) []cal
 // Redis time of a call (commandstats' usec of EVALSHA or FCALL, which
 // counts the commands the script runs) and Redis CPU (user + sys) per
 // call in the same run, in µs.
-func costRun(t *testing.T, c *redis.Client, v costVariant, calls []call, reps int) (us, cpu float64) {
-	t.Helper()
+func costRun(tb testing.TB, c *redis.Client, v costVariant, calls []call, reps int) (us, cpu float64) {
+	tb.Helper()
 	ctx := context.Background()
 	us, cpu = math.Inf(1), math.Inf(1)
 	for range reps {
-		sha := loadFresh(t, c, v) // a fresh Lua state: no run pays for another's garbage
+		sha := loadFresh(tb, c, v) // a fresh Lua state: no run pays for another's garbage
 		if err := c.ConfigResetStat(ctx).Err(); err != nil {
-			t.Fatal(err)
+			tb.Fatal(err)
 		}
-		cpu0 := costCPU(t, c)
+		cpu0 := costCPU(tb, c)
 		for from := 0; from < len(calls); from += 50 {
 			pipe := c.Pipeline()
 			for _, cl := range calls[from:min(from+50, len(calls))] {
@@ -251,17 +243,17 @@ func costRun(t *testing.T, c *redis.Client, v costVariant, calls []call, reps in
 				}
 			}
 			if _, err := pipe.Exec(ctx); err != nil {
-				t.Fatal(err)
+				tb.Fatal(err)
 			}
 		}
-		cpu = min(cpu, (costCPU(t, c)-cpu0)*1e6/float64(len(calls)))
+		cpu = min(cpu, (costCPU(tb, c)-cpu0)*1e6/float64(len(calls)))
 		cmd := "evalsha"
 		if v.function {
 			cmd = "fcall"
 		}
-		n, total := costStat(t, c, cmd)
+		n, total := costStat(tb, c, cmd)
 		if n != len(calls) {
-			t.Fatalf("%s: %d %s counted for %d calls", v.name, n, cmd, len(calls))
+			tb.Fatalf("%s: %d %s counted for %d calls", v.name, n, cmd, len(calls))
 		}
 		us = min(us, total/float64(n))
 	}
@@ -269,11 +261,11 @@ func costRun(t *testing.T, c *redis.Client, v costVariant, calls []call, reps in
 }
 
 // costStat reads the calls and total µs of cmd from INFO commandstats.
-func costStat(t *testing.T, c *redis.Client, cmd string) (int, float64) {
-	t.Helper()
+func costStat(tb testing.TB, c *redis.Client, cmd string) (int, float64) {
+	tb.Helper()
 	info, err := c.Info(context.Background(), "commandstats").Result()
 	if err != nil {
-		t.Fatal(err)
+		tb.Fatal(err)
 	}
 	for _, line := range strings.Split(info, "\n") {
 		rest, ok := strings.CutPrefix(strings.TrimSpace(line), "cmdstat_"+cmd+":")
@@ -283,7 +275,7 @@ func costStat(t *testing.T, c *redis.Client, cmd string) (int, float64) {
 		var n int
 		var usec float64
 		if _, err := fmt.Sscanf(rest, "calls=%d,usec=%g,", &n, &usec); err != nil {
-			t.Fatalf("commandstats %q: %v", line, err)
+			tb.Fatalf("commandstats %q: %v", line, err)
 		}
 		return n, usec
 	}
@@ -291,11 +283,11 @@ func costStat(t *testing.T, c *redis.Client, cmd string) (int, float64) {
 }
 
 // costCPU reads Redis's used_cpu_user + used_cpu_sys, in seconds.
-func costCPU(t *testing.T, c *redis.Client) float64 {
-	t.Helper()
+func costCPU(tb testing.TB, c *redis.Client) float64 {
+	tb.Helper()
 	info, err := c.Info(context.Background(), "cpu").Result()
 	if err != nil {
-		t.Fatal(err)
+		tb.Fatal(err)
 	}
 	var sum float64
 	for _, line := range strings.Split(info, "\n") {
@@ -303,7 +295,7 @@ func costCPU(t *testing.T, c *redis.Client) float64 {
 		if ok && (name == "used_cpu_user" || name == "used_cpu_sys") {
 			var s float64
 			if _, err := fmt.Sscan(v, &s); err != nil {
-				t.Fatalf("INFO cpu %q: %v", line, err)
+				tb.Fatalf("INFO cpu %q: %v", line, err)
 			}
 			sum += s
 		}
@@ -313,24 +305,24 @@ func costCPU(t *testing.T, c *redis.Client) float64 {
 
 // loadFresh empties Redis's scripts and functions, so the Lua state is
 // new, and loads v: a function, or a script whose SHA it returns.
-func loadFresh(t *testing.T, c *redis.Client, v costVariant) string {
-	t.Helper()
+func loadFresh(tb testing.TB, c *redis.Client, v costVariant) string {
+	tb.Helper()
 	ctx := context.Background()
 	if err := c.ScriptFlush(ctx).Err(); err != nil {
-		t.Fatal(err)
+		tb.Fatal(err)
 	}
 	if err := c.FunctionFlush(ctx).Err(); err != nil {
-		t.Fatal(err)
+		tb.Fatal(err)
 	}
 	if v.function {
 		if err := c.FunctionLoad(ctx, v.src).Err(); err != nil {
-			t.Fatalf("%s: %v", v.name, err)
+			tb.Fatalf("%s: %v", v.name, err)
 		}
 		return ""
 	}
 	sha, err := c.ScriptLoad(ctx, v.src).Result()
 	if err != nil {
-		t.Fatalf("%s: %v", v.name, err)
+		tb.Fatalf("%s: %v", v.name, err)
 	}
 	return sha
 }
