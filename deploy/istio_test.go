@@ -293,8 +293,8 @@ func TestIstioHTTPFilters(t *testing.T) {
 		validateTree(t, f.ProtoReflect(), f.GetName())
 	}
 	// Each inserted before the router, in patch order.
-	if !slices.Equal(names, []string{"envoy.filters.http.ext_proc", "envoy.filters.http.ratelimit"}) {
-		t.Fatalf("HTTP filters %v, want ext_proc then ratelimit", names)
+	if !slices.Equal(names, []string{"envoy.filters.http.ext_proc", "envoy.filters.http.ratelimit", "envoy.filters.http.ratelimit.tokens"}) {
+		t.Fatalf("HTTP filters %v, want ext_proc then ratelimit (api, then llm tokens)", names)
 	}
 
 	ep := extProcOf(t, fs[0])
@@ -589,7 +589,7 @@ func TestIstioRoutes(t *testing.T) {
 		if !vh.GetIncludeRequestAttemptCount() {
 			t.Error("include_request_attempt_count is off: the upstream ext_proc counts attempts")
 		}
-		checkRateLimitActions(t, vh.GetRateLimits(), configMapPolicies(t), domainOf(t, is))
+		checkRateLimitActions(t, vh.GetRateLimits(), configMapPolicies(t), domainsOf(t, is))
 	}
 
 	// HTTP_ROUTE: the retry policy reads what the upstream role writes.
@@ -645,21 +645,26 @@ func TestIstioRoutes(t *testing.T) {
 	}
 }
 
-func domainOf(t *testing.T, is *istio) string {
+// domainsOf maps each ratelimit filter's stage to its domain.
+func domainsOf(t *testing.T, is *istio) map[uint32]string {
 	t.Helper()
+	out := map[uint32]string{}
 	for _, f := range httpFilters(t, is) {
 		var rl ratelimitv3.RateLimit
 		if f.GetTypedConfig().UnmarshalTo(&rl) == nil {
-			return rl.GetDomain()
+			out[rl.GetStage()] = rl.GetDomain()
 		}
 	}
-	t.Fatal("no ratelimit filter")
-	return ""
+	if len(out) == 0 {
+		t.Fatal("no ratelimit filter")
+	}
+	return out
 }
 
 // checkRateLimitActions builds the descriptor each rate limit produces,
-// with a sample header value, and checks that the domain limits it.
-func checkRateLimitActions(t *testing.T, rls []*routev3.RateLimit, s *policy.Snapshot, domain string) {
+// with a sample header value, and checks that the domain of the filter
+// of its stage limits it; a stream-done charge must be charged always.
+func checkRateLimitActions(t *testing.T, rls []*routev3.RateLimit, s *policy.Snapshot, domains map[uint32]string) {
 	t.Helper()
 	if len(rls) == 0 {
 		t.Error("no rate_limits")
@@ -682,8 +687,17 @@ func checkRateLimitActions(t *testing.T, rls []*routev3.RateLimit, s *policy.Sna
 				t.Errorf("rate_limits[%d]: action %v not understood by this test", i, a)
 			}
 		}
-		if s.Match(domain, entries) == nil {
+		domain, ok := domains[rl.GetStage().GetValue()]
+		if !ok {
+			t.Errorf("rate_limits[%d]: no ratelimit filter of stage %d", i, rl.GetStage().GetValue())
+			continue
+		}
+		m := s.Match(domain, entries)
+		switch {
+		case m == nil:
 			t.Errorf("rate_limits[%d] produces %v, which domain %q does not limit", i, entries, domain)
+		case rl.GetApplyOnStreamDone() && (m.Rule == nil || !m.Rule.AlwaysCharge):
+			t.Errorf("rate_limits[%d]: stream-done charge %v of domain %q is not charged always", i, entries, domain)
 		}
 	}
 }
