@@ -86,11 +86,17 @@ type TargetsFile struct {
 
 // TargetSpec is one target: a model deployment, an upstream, a route.
 type TargetSpec struct {
-	Provider       string           `yaml:"provider"`
-	APIHost        string           `yaml:"api_host"`
-	Cluster        string           `yaml:"cluster"` // default: the target name
-	Model          string           `yaml:"model"`   // default: the target name
-	ContextWindow  uint32           `yaml:"context_window"`
+	Provider      string `yaml:"provider"`
+	APIHost       string `yaml:"api_host"`
+	Cluster       string `yaml:"cluster"` // default: the target name
+	Model         string `yaml:"model"`   // default: the target name
+	ContextWindow uint32 `yaml:"context_window"`
+	// DefaultMaxTokens: the output a token estimate assumes when a request
+	// sets no max_tokens.
+	DefaultMaxTokens uint32 `yaml:"default_max_tokens"`
+	// StreamUsage: inject adds stream_options.include_usage to a streamed
+	// OpenAI-style request that lacks it; off (the default) leaves it.
+	StreamUsage    string           `yaml:"stream_usage"`
 	RateLimits     *RateLimitsSpec  `yaml:"rate_limits"`
 	TokenLimits    *TokenLimitsSpec `yaml:"token_limits"`
 	MaxConcurrent  uint32           `yaml:"max_concurrent"`

@@ -12,6 +12,9 @@ const maxFallbacks = 5
 // maxRetries bounds num_retries.
 const maxRetries = 10
 
+// StreamUsageInject is the stream_usage that injects usage requests.
+const StreamUsageInject = "inject"
+
 // Target is one compiled target. It is immutable once in a Snapshot.
 type Target struct {
 	Name     string `json:"name"`
@@ -22,6 +25,12 @@ type Target struct {
 	// Model is written into a request body this target serves (default: Name).
 	Model         string `json:"model"`
 	ContextWindow uint32 `json:"context_window,omitempty"`
+	// DefaultMaxTokens is the output a token estimate assumes for a
+	// request that sets no max_tokens; zero: none.
+	DefaultMaxTokens uint32 `json:"default_max_tokens,omitempty"`
+	// StreamUsage "inject" asks a streamed OpenAI-style request for its
+	// usage (stream_options.include_usage); "" leaves requests as sent.
+	StreamUsage string `json:"stream_usage,omitempty"`
 	// RateLimit holds one window per non-zero requests_per_second,
 	// _minute and _hour; nil when none is set or enabled is false.
 	RateLimit *limiter.Rule `json:"-"`
@@ -80,14 +89,16 @@ func (d *decoder) decodeTarget(tf field) *Target {
 	}
 	t := &Target{Name: tf.key, File: d.file}
 	var s TargetSpec
-	newBlock(d, "value ignored").decode(fs, &s, hooks{
+	b := newBlock(d, "value ignored")
+	b.decode(fs, &s, hooks{
+		"stream_usage":    func(f field) { t.StreamUsage = b.streamUsage(f) },
 		"rate_limits":     func(f field) { t.RateLimit = d.decodeRateLimits(f) },
 		"token_limits":    func(f field) { t.TokenLimit = d.decodeTokenLimits(f) },
 		"retry_config":    func(f field) { t.Retry = d.decodeRetry(f) },
 		"fallback_models": func(f field) { t.rawFallbacks, t.fallbackPath = d.decodeNames(f), f.path },
 	})
 	t.Provider, t.APIHost, t.Cluster, t.Model = s.Provider, s.APIHost, s.Cluster, s.Model
-	t.ContextWindow, t.MaxConcurrent = s.ContextWindow, s.MaxConcurrent
+	t.ContextWindow, t.DefaultMaxTokens, t.MaxConcurrent = s.ContextWindow, s.DefaultMaxTokens, s.MaxConcurrent
 	if t.Cluster == "" {
 		t.Cluster = t.Name
 	}
@@ -95,6 +106,21 @@ func (d *decoder) decodeTarget(tf field) *Target {
 		t.Model = t.Name
 	}
 	return t
+}
+
+// streamUsage reads stream_usage: inject, or off (""); anything else is
+// ignored with an error.
+func (b *block) streamUsage(f field) string {
+	var v string
+	b.str(f, &v)
+	switch v {
+	case StreamUsageInject:
+		return v
+	case "", "off":
+		return ""
+	}
+	b.failf(f.node, f.path, "%q: want inject or off", v)
+	return ""
 }
 
 // decodeNames reads a list of names; bad entries are dropped alone.
