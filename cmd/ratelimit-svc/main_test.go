@@ -65,6 +65,18 @@ func startEnv(t *testing.T, configPath string, env map[string]string, extra ...s
 	return s
 }
 
+// dial connects a gRPC client to the service's gRPC port, closed when
+// the test ends.
+func (s *service) dial(t *testing.T) *grpc.ClientConn {
+	t.Helper()
+	conn, err := grpc.NewClient(s.grpcAddr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close() })
+	return conn
+}
+
 // waitHTTP polls until the service answers: readiness, not a sleep.
 func waitHTTP(t *testing.T, url string) {
 	t.Helper()
@@ -80,11 +92,7 @@ func waitHTTP(t *testing.T, url string) {
 
 func TestServesExampleConfig(t *testing.T) {
 	s := start(t, "../../config")
-	conn, err := grpc.NewClient(s.grpcAddr, grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
+	conn := s.dial(t)
 	hc := healthpb.NewHealthClient(conn)
 	for _, name := range append([]string{""}, healthNames...) {
 		r, err := hc.Check(context.Background(), &healthpb.HealthCheckRequest{Service: name})
@@ -220,11 +228,7 @@ func get(t *testing.T, url string) string {
 
 func TestServesExtProcOnTheSamePort(t *testing.T) {
 	s := start(t, "../../config")
-	conn, err := grpc.NewClient(s.grpcAddr, grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
+	conn := s.dial(t)
 	f := &envoytest.Filter{Client: extprocv3.NewExternalProcessorClient(conn), Role: "downstream",
 		RequestBodyMode: extprocfilterv3.ProcessingMode_BUFFERED}
 	body := `{"model":"gpt-4o","messages":[{"role":"user","content":"hi"}]}`
@@ -260,11 +264,7 @@ func TestReplicasShareOneLimitThroughRedis(t *testing.T) {
 		if first == nil {
 			first = s
 		}
-		conn, err := grpc.NewClient(s.grpcAddr, grpc.WithTransportCredentials(insecure.NewCredentials()))
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { conn.Close() })
+		conn := s.dial(t)
 		clients = append(clients, ratelimitv3.NewRateLimitServiceClient(conn))
 	}
 	req := &ratelimitv3.RateLimitRequest{Domain: "shared", Descriptors: []*rlcommonv3.RateLimitDescriptor{{
@@ -336,11 +336,7 @@ func TestTracingRecordsRPCSpans(t *testing.T) {
 // exchange, and only then does run return nil.
 func TestShutdownDrainsInFlightStreams(t *testing.T) {
 	s := start(t, "../../config", "--shutdown-timeout", "5s")
-	conn, err := grpc.NewClient(s.grpcAddr, grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
+	conn := s.dial(t)
 	wctx, stopWatch := context.WithCancel(context.Background())
 	defer stopWatch()
 	watch, err := healthpb.NewHealthClient(conn).Watch(wctx, &healthpb.HealthCheckRequest{Service: "ratelimit"})

@@ -8,8 +8,6 @@ import (
 
 	rlcommonv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	ratelimitv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
-	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
 )
 
 // TestMaxKeysDeniesNewKeysAtTheBound: with --max-keys 3, the fourth client
@@ -18,11 +16,7 @@ import (
 // counted in mode "full".
 func TestMaxKeysDeniesNewKeysAtTheBound(t *testing.T) {
 	s := start(t, "../../config", "--max-keys", "3")
-	conn, err := grpc.NewClient(s.grpcAddr, grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
+	conn := s.dial(t)
 	rls := ratelimitv3.NewRateLimitServiceClient(conn)
 	ask := func(addr string) ratelimitv3.RateLimitResponse_Code {
 		t.Helper()
