@@ -76,6 +76,7 @@ func SlotKey(target string) string { return routing.SlotKey(target) }
 // The roles, as the x-resil-role metadata names them.
 const (
 	roleKey        = "x-resil-role"
+	reselectKey    = "x-resil-reselect" // "true": Envoy re-selects each retry's cluster
 	roleDownstream = "downstream"
 	roleUpstream   = "upstream"
 )
@@ -120,7 +121,8 @@ func (x *ExtProc) Process(stream extprocv3.ExternalProcessor_ProcessServer) erro
 func (x *ExtProc) phasesFor(ctx context.Context) phases {
 	md, _ := metadata.FromIncomingContext(ctx)
 	if v := md.Get(roleKey); len(v) > 0 && v[0] == roleUpstream {
-		return &upstream{x: x, ctx: ctx}
+		r := md.Get(reselectKey)
+		return &upstream{x: x, ctx: ctx, reselect: len(r) > 0 && r[0] == "true"}
 	}
 	return &downstream{x: x, ctx: ctx}
 }

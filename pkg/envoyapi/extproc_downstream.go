@@ -115,14 +115,16 @@ func injectUsage(body []byte, hop *policy.Target, est llmusage.Estimate) ([]byte
 	return out, true
 }
 
-// forward routes the request to the serving hop: x-resil-target always,
-// and, for a body naming another model than the hop's or changed
+// forward routes the request to the serving hop: x-resil-target and
+// x-resil-cluster (its cluster, for a route whose cluster specifier reads
+// it) always, and, for a body naming another model than the hop's or changed
 // otherwise (rewritten), the body with only its model replaced and a
 // content-length to match.
 func (d *downstream) forward(body []byte, model modelField, inBody, rewritten bool) *extprocv3.ProcessingResponse {
 	hop := d.choice.Hop
 	var m mutation
 	m.put(hdrTarget, hop.Name)
+	m.put(hdrCluster, hop.Cluster)
 	if hop != d.root {
 		m.put(hdrFallbackFrom, d.root.Name)
 	} else if d.spoofed {

@@ -27,13 +27,20 @@ import (
 // request is routed to, x-resil-first-attempt the attempt at which that
 // hop began serving it (1 when absent), which counts the hop's own
 // retries against its num_retries.
+//
+// When Envoy re-selects the cluster of every retry (the filter's gRPC
+// initial metadata x-resil-reselect: true, for a route with
+// refresh_cluster_on_retry and a cluster specifier reading
+// x-resil-cluster), each attempt also writes x-resil-cluster for the next
+// one, and a fail-over may move to a hop of another cluster.
 type upstream struct {
-	x       *ExtProc
-	ctx     context.Context
-	snap    *policy.Snapshot
-	cluster string // xds.cluster_name
-	attempt int    // x-envoy-attempt-count; 1 for the first attempt
-	first   int    // the attempt at which target began serving the request
+	x        *ExtProc
+	ctx      context.Context
+	reselect bool // Envoy re-selects each retry's cluster from x-resil-cluster
+	snap     *policy.Snapshot
+	cluster  string // xds.cluster_name
+	attempt  int    // x-envoy-attempt-count; 1 for the first attempt
+	first    int    // the attempt at which target began serving the request
 
 	held         string         // x-resil-target as the attempt arrived
 	contentLen   string         // content-length as the attempt arrived
@@ -99,7 +106,7 @@ func (u *upstream) route(body []byte, inBody bool) (*extprocv3.ProcessingRespons
 		u.target = u.snap.TargetByCluster(u.cluster)
 	}
 	if u.root == nil || u.cluster == "" || (u.attempt == 1 && u.target != nil && u.target.Name == u.held) {
-		return passResponse(inBody), nil
+		return u.pass(inBody), nil
 	}
 	c, err := u.x.route.Choose(u.ctx, u.snap, u.root, routing.Scope{Cluster: u.cluster, Held: u.held})
 	if err != nil {
@@ -107,7 +114,7 @@ func (u *upstream) route(body []byte, inBody bool) (*extprocv3.ProcessingRespons
 	}
 	if c.Hop == nil {
 		u.x.metrics.upstreamVerdict(u.ctx, "no_eligible_hop", "")
-		return passResponse(inBody), nil
+		return u.pass(inBody), nil
 	}
 	u.choice, u.target = c, c.Hop
 	return u.forward(body, model, inBody), nil
@@ -132,7 +139,29 @@ func (u *upstream) forward(body []byte, model modelField, inBody bool) *extprocv
 			m.del(hdrFallbackFrom)
 		}
 	}
+	u.plan(&m)
 	return routeAnswer(&m, body, model, hop.Model, u.contentLen, inBody, false, false)
+}
+
+// pass lets the attempt go as it is, with only the next attempt's plan.
+func (u *upstream) pass(inBody bool) *extprocv3.ProcessingResponse {
+	var m mutation
+	u.plan(&m)
+	if inBody {
+		return bodyResponse(false, common(&m, nil, false))
+	}
+	return headersResponse(false, common(&m, nil, false))
+}
+
+// plan writes x-resil-cluster, the cluster Envoy re-selects for the next
+// attempt (refresh_cluster_on_retry with a cluster specifier reading the
+// header), when the filter is configured for it (x-resil-reselect). The
+// plan is made before the outcome is known: see routing.NextCluster.
+func (u *upstream) plan(m *mutation) {
+	if !u.reselect || u.target == nil {
+		return
+	}
+	m.put(hdrCluster, u.x.route.NextCluster(u.snap, u.root, u.target, u.attempt-u.first))
 }
 
 // responseHeaders judges the attempt on its status and headers. An error
@@ -195,10 +224,15 @@ func (u *upstream) classify(body []byte) resilience.Verdict {
 
 // next plans what follows the attempt with the target's retry policy:
 // the hop's own retries so far count against its num_retries, and an
-// eligible hop of the requested chain in this cluster is where a
-// fail-over moves the next attempt.
+// eligible hop of the requested chain (in this cluster, or in any when
+// Envoy re-selects the cluster per attempt) is where a fail-over moves
+// the next attempt.
 func (u *upstream) next(v resilience.Verdict) routing.Next {
-	return u.x.route.Next(u.snap, u.root, u.target, v, u.attempt-u.first, routing.Scope{Cluster: u.cluster})
+	scope := routing.Scope{Cluster: u.cluster}
+	if u.reselect {
+		scope = routing.Scope{} // Envoy moves the next attempt to the alternative's cluster
+	}
+	return u.x.route.Next(u.snap, u.root, u.target, v, u.attempt-u.first, scope)
 }
 
 // record feeds the breakers and the metrics with the attempt's final

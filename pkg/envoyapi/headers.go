@@ -14,6 +14,7 @@ const (
 	hdrRetry        = "x-resil-retry"
 	hdrRetryAfter   = "x-resil-retry-after"
 	hdrFirstAttempt = "x-resil-first-attempt"
+	hdrCluster      = "x-resil-cluster" // the cluster of the next attempt, for Envoy's cluster specifier
 	internalPrefix  = "x-resil-"
 
 	hdrLimit     = "x-ratelimit-limit"

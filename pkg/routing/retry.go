@@ -109,3 +109,21 @@ func (r *Router) eligible(t *policy.Target) bool {
 	res, err := r.admitRate(&c, t, limiter.Check, 0)
 	return err == nil && res.Status == resilience.HopServed
 }
+
+// NextCluster is the Envoy cluster the attempt after one on t should go
+// to, decided before that attempt's outcome is known (Envoy re-selects a
+// retry's cluster from request headers, which only the request side can
+// write): the cluster of the first eligible alternative of root's chain
+// (any cluster) when t's profile prefers failing over or t has no retry
+// left (retries counts t's earlier attempts for this request), else t's
+// own cluster, where a retry of t or another hop of the cluster serves.
+func (r *Router) NextCluster(snap *policy.Snapshot, root, t *policy.Target, retries int) string {
+	prof := RetryPolicy(t).Profile()
+	if root == nil || (!prof.PreferFailover && retries < prof.MaxRetries) {
+		return t.Cluster
+	}
+	if alt, ok := r.Alternative(snap, root, t.Name, Scope{}); ok {
+		return alt.Cluster
+	}
+	return t.Cluster
+}

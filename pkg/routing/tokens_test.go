@@ -121,3 +121,35 @@ func TestContextWindow(t *testing.T) {
 		t.Errorf("refusal %+v", r)
 	}
 }
+
+// TestNextCluster: an interactive target plans its next attempt on its
+// first eligible alternative's cluster; a standard one stays on its own
+// cluster while it may retry, then moves.
+func TestNextCluster(t *testing.T) {
+	cases := []struct {
+		name    string
+		setup   func(g *rig)
+		target  string
+		retries int
+		want    string
+	}{
+		{"standard with retries left", nil, "primary", 0, "acme"},
+		{"standard out of retries", nil, "primary", 3, "acme"}, // secondary, same cluster
+		{"standard out of retries, secondary spent", func(g *rig) {
+			g.openBreaker("secondary")
+		}, "primary", 3, "other"},
+		{"interactive", nil, "secondary", 0, "acme"}, // primary is the first alternative
+		{"interactive, primary open", func(g *rig) { g.openBreaker("primary") }, "secondary", 0, "other"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			g := newRig(t)
+			if c.setup != nil {
+				c.setup(g)
+			}
+			if got := g.r.NextCluster(g.snap, g.target("primary"), g.target(c.target), c.retries); got != c.want {
+				t.Errorf("next cluster %s, want %s", got, c.want)
+			}
+		})
+	}
+}

@@ -22,7 +22,9 @@
 // Route emulates the router's retries around a cluster's upstream
 // filter: one request header map for every attempt, x-envoy-attempt-count,
 // a fresh body per attempt, retriable_headers and
-// rate_limited_retry_back_off.
+// rate_limited_retry_back_off; RouteClusters adds the route's cluster
+// specifier, re-selecting each retry's cluster from the request headers
+// (refresh_cluster_on_retry).
 //
 // A Filter is configuration; a Stream is one request and is used by one
 // goroutine. Waits are never slept: Route reports them.

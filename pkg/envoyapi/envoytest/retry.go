@@ -20,12 +20,21 @@ type RetryPolicy struct {
 	// read as integer seconds; a value above MaxInterval is skipped.
 	ResetHeader string
 	MaxInterval time.Duration
+	// Cluster is the route's cluster specifier: the cluster of an attempt,
+	// from the request headers as they are when it starts (after the
+	// router wrote x-envoy-attempt-count). It picks the first attempt's
+	// cluster, and every retry's when RefreshClusterOnRetry is set, as
+	// refresh_cluster_on_retry does. Nil: one cluster, "".
+	Cluster               func(Headers) string
+	RefreshClusterOnRetry bool
 }
 
 // Attempt is one upstream attempt of a routed request.
 type Attempt struct {
 	// Number is x-envoy-attempt-count: 1 for the first attempt.
 	Number int
+	// Cluster is the cluster the attempt went to (RetryPolicy.Cluster).
+	Cluster string
 	// Wait is the reset header's interval the router waited before this
 	// attempt; Backoff is set when it used its exponential backoff
 	// instead (no usable reset header). Both are zero for the first.
@@ -50,15 +59,30 @@ type Attempt struct {
 // not slept.
 func Route(ctx context.Context, filter *Filter, p RetryPolicy, req Request,
 	upstream func(n int, fwd Request) Response) ([]Attempt, error) {
+	return RouteClusters(ctx, func(string) *Filter { return filter }, p, req,
+		func(n int, _ string, fwd Request) Response { return upstream(n, fwd) })
+}
+
+// RouteClusters is Route over several clusters: p.Cluster picks each
+// attempt's cluster (re-selected on every retry with
+// RefreshClusterOnRetry), filter gives that cluster's upstream ext_proc
+// (its xds.cluster_name attribute set), and upstream answers attempt n
+// in it.
+func RouteClusters(ctx context.Context, filter func(cluster string) *Filter, p RetryPolicy, req Request,
+	upstream func(n int, cluster string, fwd Request) Response) ([]Attempt, error) {
 	headers := req.Headers.Clone()
 	var out []Attempt
 	var wait time.Duration
 	var backoff bool
+	cluster := ""
 	for n := 1; ; n++ {
 		headers = headers.Set("x-envoy-attempt-count", strconv.Itoa(n))
-		a := Attempt{Number: n, Wait: wait, Backoff: backoff}
-		x, err := filter.RoundTrip(ctx, Request{Headers: headers, Body: append([]byte(nil), req.Body...)},
-			func(fwd Request) Response { return upstream(n, fwd) })
+		if p.Cluster != nil && (n == 1 || p.RefreshClusterOnRetry) {
+			cluster = p.Cluster(headers)
+		}
+		a := Attempt{Number: n, Cluster: cluster, Wait: wait, Backoff: backoff}
+		x, err := filter(cluster).RoundTrip(ctx, Request{Headers: headers, Body: append([]byte(nil), req.Body...)},
+			func(fwd Request) Response { return upstream(n, cluster, fwd) })
 		if err != nil {
 			return out, err
 		}

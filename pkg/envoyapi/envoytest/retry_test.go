@@ -3,6 +3,7 @@ package envoytest_test
 import (
 	"context"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -59,5 +60,47 @@ func TestRouteRetries(t *testing.T) {
 	}
 	if as[2].Wait != 0 || !as[2].Backoff {
 		t.Errorf("attempt 3 waited %v backoff %v, want the backoff (11 s is above max_interval)", as[2].Wait, as[2].Backoff)
+	}
+}
+
+// TestRouteClustersReselects: with refresh_cluster_on_retry the cluster
+// specifier runs again before each retry, on the headers an earlier
+// attempt's filter wrote; without it the first cluster stays.
+func TestRouteClustersReselects(t *testing.T) {
+	next := map[string]string{"a": "b", "b": "c", "c": "c"}
+	var filters []string
+	filterOf := func(cluster string) *envoytest.Filter {
+		filters = append(filters, cluster)
+		return filter(t, func(req *extprocv3.ProcessingRequest) *extprocv3.ProcessingResponse {
+			if _, ok := req.GetRequest().(*extprocv3.ProcessingRequest_RequestHeaders); ok {
+				hm := &extprocv3.HeaderMutation{SetHeaders: []*corev3.HeaderValueOption{set("x-cluster", next[cluster], true)}}
+				return &extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_RequestHeaders{
+					RequestHeaders: &extprocv3.HeadersResponse{Response: &extprocv3.CommonResponse{HeaderMutation: hm}}}}
+			}
+			return answer(nil, false, nil, nil)(req)
+		})
+	}
+	in := envoytest.Request{Headers: envoytest.H(":method", "GET", "x-cluster", "a")}
+	for _, refresh := range []bool{true, false} {
+		filters = nil
+		p := envoytest.RetryPolicy{NumRetries: 2, RetriableHeader: "x-retry", RetriableValue: "1", RefreshClusterOnRetry: refresh,
+			Cluster: func(h envoytest.Headers) string { return h.Value("x-cluster") }}
+		as, err := envoytest.RouteClusters(context.Background(), filterOf, p, in, func(n int, cluster string, _ envoytest.Request) envoytest.Response {
+			return envoytest.Response{Headers: envoytest.H(":status", "503", "x-retry", "1")}
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var got []string
+		for _, a := range as {
+			got = append(got, a.Cluster)
+		}
+		want := []string{"a", "b", "c"}
+		if !refresh {
+			want = []string{"a", "a", "a"}
+		}
+		if strings.Join(got, ",") != strings.Join(want, ",") || strings.Join(filters, ",") != strings.Join(want, ",") {
+			t.Errorf("refresh %v: attempts in %v through filters %v, want %v", refresh, got, filters, want)
+		}
 	}
 }
