@@ -210,9 +210,10 @@ func TestDebugKeysDefaultMaximum(t *testing.T) {
 	}
 }
 
-// bigPrompt is a chat request of about size bytes.
+// bigPrompt is a chat request of about size bytes, for a target with no
+// context_window, which such a prompt would exceed.
 func bigPrompt(size int) []byte {
-	return []byte(`{"model":"gpt-4o","messages":[{"role":"user","content":"` + strings.Repeat("a", size) + `"}]}`)
+	return []byte(`{"model":"gpt-4o-mini","messages":[{"role":"user","content":"` + strings.Repeat("a", size) + `"}]}`)
 }
 
 func bigClient(t *testing.T, addr string) *grpc.ClientConn {
@@ -241,7 +242,7 @@ func TestGRPCReadsA6MiBPromptByDefault(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got := x.Forwarded.Headers.Value("x-resil-target"); got != "gpt-4o" || len(x.Forwarded.Body) != len(body) {
+	if got := x.Forwarded.Headers.Value("x-resil-target"); got != "gpt-4o-mini" || len(x.Forwarded.Body) != len(body) {
 		t.Fatalf("forwarded target %q, body %d bytes of %d", got, len(x.Forwarded.Body), len(body))
 	}
 }

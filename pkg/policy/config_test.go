@@ -49,7 +49,8 @@ func checkExampleTargets(t *testing.T, s *Snapshot) {
 	g := s.Target("gpt-4o")
 	if g == nil || g.Cluster != "openai" || g.MaxConcurrent != 50 || len(g.Fallbacks) != 2 ||
 		g.Retry == nil || g.Retry.Profile != "interactive" || g.Retry.MaxDelay != 10*time.Second ||
-		g.RateLimit == nil || g.RateLimit.Algorithm != limiter.SlidingWindow || g.TokenLimit == nil {
+		g.RateLimit == nil || g.RateLimit.Algorithm != limiter.SlidingWindow || g.TokenLimit == nil ||
+		g.DefaultMaxTokens != 4096 || g.StreamUsage != StreamUsageInject {
 		t.Errorf("gpt-4o = %+v", g)
 	}
 	if m := s.Target("gpt-4o-mini"); m == nil || m.Model != "gpt-4o-mini" || m.RateLimit.Windows[0].Burst != 40 {
