@@ -29,7 +29,9 @@ import (
 	// The typed_config types the patches use, so their Any values resolve.
 	_ "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/router/v3"
 	_ "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/upstream_codec/v3"
+	_ "github.com/envoyproxy/go-control-plane/envoy/extensions/router/cluster_specifiers/matcher/v3"
 	_ "github.com/envoyproxy/go-control-plane/envoy/extensions/transport_sockets/tls/v3"
+	_ "github.com/envoyproxy/go-control-plane/envoy/type/matcher/v3"
 )
 
 const istioDir = "envoy/istio"
@@ -272,11 +274,18 @@ func role(ep *extprocv3.ExternalProcessor) string {
 }
 
 // sameExtProc compares two ext_proc configurations but for the cluster
-// they call.
+// they call and x-resil-reselect: the gateway's routes are the
+// VirtualService's, which keep each attempt in its cluster, so its
+// upstream filter must not plan a cross-cluster retry.
 func sameExtProc(a, b *extprocv3.ExternalProcessor) bool {
 	a, b = proto.CloneOf(a), proto.CloneOf(b)
-	a.GetGrpcService().GetEnvoyGrpc().ClusterName = ""
-	b.GetGrpcService().GetEnvoyGrpc().ClusterName = ""
+	for _, ep := range []*extprocv3.ExternalProcessor{a, b} {
+		gs := ep.GetGrpcService()
+		gs.GetEnvoyGrpc().ClusterName = ""
+		gs.InitialMetadata = slices.DeleteFunc(gs.GetInitialMetadata(), func(h *corev3.HeaderValue) bool {
+			return h.GetKey() == "x-resil-reselect"
+		})
+	}
 	return proto.Equal(a, b)
 }
 

@@ -24,6 +24,8 @@ type Filter struct {
 	// Role is sent as the x-resil-role initial metadata (grpc_service
 	// initial_metadata); empty sends none.
 	Role string
+	// InitialMetadata is the rest of grpc_service initial_metadata.
+	InitialMetadata map[string]string
 	// RequestBodyMode and ResponseBodyMode are the processing mode's body
 	// modes; NONE, BUFFERED and STREAMED are emulated. Header modes are
 	// SEND and trailers SKIP.
@@ -93,6 +95,9 @@ func (f *Filter) Open(ctx context.Context) (*Stream, error) {
 	ctx, cancel := context.WithCancel(ctx)
 	if f.Role != "" {
 		ctx = metadata.AppendToOutgoingContext(ctx, "x-resil-role", f.Role)
+	}
+	for k, v := range f.InitialMetadata {
+		ctx = metadata.AppendToOutgoingContext(ctx, k, v)
 	}
 	g, err := f.Client.Process(ctx)
 	if err != nil {
