@@ -83,6 +83,7 @@ func TestBoundsErrorsNameTheFlag(t *testing.T) {
 		{nil, []string{"--debug-keys-max", "0"}, `--debug-keys-max: "0": want a positive whole number`},
 		{map[string]string{"RLS_MAX_KEYS": "0"}, nil, `RLS_MAX_KEYS: "0": want a positive whole number`},
 		{nil, []string{"--rls-max-override-period", "0s"}, `--rls-max-override-period: "0s": want a positive duration`},
+		{map[string]string{"CACHE_KEY_PREFIX": "a{b}"}, nil, `CACHE_KEY_PREFIX: "a{b}": must not contain '{' or '}'`},
 		{nil, []string{"--gc-heap-floor", "lots"}, `--gc-heap-floor: "lots": want off or a positive size such as 64MiB`},
 		{nil, []string{"--debug-write-timeout", "0"}, `--debug-write-timeout: "0": want a positive duration`},
 		{nil, []string{"--debug-profile-max", "-1s"}, `--debug-profile-max: "-1s": want a positive duration`},

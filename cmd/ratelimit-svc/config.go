@@ -30,6 +30,7 @@ type config struct {
 	RedisURL        string
 	RedisTLS        redisTLS
 	Service         string
+	RedisKeyPrefix  string
 	ReplicaID       string
 	LogLevel        string
 	LogFormat       string
@@ -101,6 +102,7 @@ func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (c
 	str(&c.RedisTLS.Key, "redis-tls-key", "client private key (PEM) for Redis over TLS")
 	str(&c.RedisTLS.CA, "redis-tls-ca", "CA bundle (PEM) that Redis's certificate must chain to (default: system roots)")
 	str(&c.Service, "service", "replica set name: namespaces Redis keys and metric labels")
+	str(&c.RedisKeyPrefix, "redis-key-prefix", "put before every Redis key, for ACL key patterns on a shared Redis (no '{' or '}')")
 	str(&c.ReplicaID, "replica-id", "this replica's id (default: host name + random suffix)")
 	str(&c.LogLevel, "log-level", "debug, info, warn or error")
 	str(&c.LogFormat, "log-format", "json or text")
@@ -174,6 +176,9 @@ func (c config) validate() error {
 	}
 	if c.Service == "" {
 		add("service", "must not be empty")
+	}
+	if strings.ContainsAny(c.RedisKeyPrefix, "{}") {
+		add("redis-key-prefix", "%q: must not contain '{' or '}', which would change the keys' hash tag", c.RedisKeyPrefix)
 	}
 	if c.Charging != "admitted" && c.Charging != "upstream" {
 		add("charging", "%q: want admitted or upstream", c.Charging)

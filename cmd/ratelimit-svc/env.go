@@ -52,6 +52,7 @@ var upstreamOnly = []string{
 	"USE_PROMETHEUS", "USE_STATSD", "SHADOW_MODE", "LOCAL_CACHE_SIZE_IN_BYTES",
 	"LIMIT_RESPONSE_HEADERS_ENABLED", "STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT",
 	"MERGE_DOMAIN_CONFIG", "CONFIG_TYPE", "GRPC_SERVER_USE_TLS", "BACKEND_TYPE", "RESPONSE_DYNAMIC_METADATA",
+	"CACHE_KEY_PREFIX",
 }
 
 // ourVars are our own variables; any of them set means the operator
@@ -60,6 +61,7 @@ var ourVars = []string{
 	"RLS_CONFIG", "RLS_GRPC_ADDR", "RLS_HTTP_ADDR", "RLS_DEBUG_ADDR", "RLS_PROMETHEUS_ADDR",
 	"RLS_SERVICE", "RLS_SHUTDOWN_TIMEOUT", "RLS_RESPONSE_HEADERS", "RLS_GRPC_TLS_CERT",
 	"RLS_GRPC_TLS_KEY", "RLS_GRPC_TLS_CLIENT_CA", "RLS_GRPC_TLS_CLIENT_SAN", "RLS_CHARGING",
+	"RLS_REDIS_KEY_PREFIX",
 }
 
 // readEnv reads our variables and envoyproxy/ratelimit's into flag
@@ -82,6 +84,7 @@ func readEnv(getenv func(string) string) (*envValues, error) {
 	r.logging()
 	r.grpcTLS()
 	r.plain("service", "ratelimit", "RLS_SERVICE")
+	r.plain("redis-key-prefix", "", "RLS_REDIS_KEY_PREFIX", "CACHE_KEY_PREFIX")
 	r.plain("replica-id", "", "POD_NAME", "HOSTNAME")
 	r.plain("shutdown-timeout", "15s", "RLS_SHUTDOWN_TIMEOUT")
 	r.plain("charging", "admitted", "RLS_CHARGING")

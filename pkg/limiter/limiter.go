@@ -117,9 +117,6 @@ func WithMaxKeys(n int) Option {
 	}
 }
 
-// WithSweepInterval sets how often Run evicts fresh keys (default 10 s).
-func WithSweepInterval(d time.Duration) Option { return func(l *Limiter) { l.sweep = d } }
-
 // New builds a local-only Limiter: each process enforces every Rule in full.
 func New(opts ...Option) *Limiter {
 	sys := newSystemClock()
