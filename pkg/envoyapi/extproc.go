@@ -54,6 +54,7 @@ type ExtProc struct {
 	route    *routing.Router
 	log      *slog.Logger
 	metrics  *extProcMetrics
+	lost     *lostAttempts
 }
 
 // NewExtProc builds the ext_proc server over the policies in force (their
@@ -61,7 +62,7 @@ type ExtProc struct {
 func NewExtProc(p Policies, deps ExtProcDeps, opts ...Option) *ExtProc {
 	o := newOptions(opts)
 	route := routing.New(routing.Deps{Limits: deps.Limits, Slots: deps.Slots, Breakers: deps.Breakers, Now: deps.Now})
-	return &ExtProc{policies: p, route: route, log: o.log, metrics: newExtProcMetrics(o.meter)}
+	return &ExtProc{policies: p, route: route, log: o.log, metrics: newExtProcMetrics(o.meter), lost: &lostAttempts{}}
 }
 
 // RegisterExtProc registers x as envoy.service.ext_proc.v3.ExternalProcessor.

@@ -1,6 +1,7 @@
 package envoyapi_test
 
 import (
+	"fmt"
 	"testing"
 
 	"github.com/ratelimit-svc/ratelimit-svc/pkg/envoyapi/envoytest"
@@ -89,5 +90,37 @@ func TestTransportFailureFeedsBreakers(t *testing.T) {
 				t.Errorf("breaker open %v, want %v", open, c.opens)
 			}
 		})
+	}
+}
+
+// TestLostAttemptFeedsBreakers: an attempt whose upstream stream ends
+// without a response (a failed connection, a reset, a per-try timeout)
+// counts against its target once the router retries the request; the
+// same end without a retry (a client that went away) counts nothing.
+func TestLostAttemptFeedsBreakers(t *testing.T) {
+	for _, retried := range []bool{true, false} {
+		r := newExtRigWith(t, llmPolicy)
+		for i := range 5 {
+			id := fmt.Sprintf("req-%v-%d", retried, i)
+			req := chatRequest(`{"model":"gpt-4o","messages":[]}`, "x-resil-target", "gpt-4o", "x-request-id", id,
+				"x-envoy-attempt-count", "1")
+			s, err := r.upstreamIn("openai").Open(t.Context())
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, _, err := s.SendRequest(req); err != nil {
+				t.Fatal(err)
+			}
+			if err := s.Finish(); err != nil { // no response: Envoy tore the attempt down
+				t.Fatal(err)
+			}
+			if retried {
+				req.Headers = req.Headers.Set("x-envoy-attempt-count", "2")
+				r.roundTrip(r.upstreamIn("openai"), req, reply(200))
+			}
+		}
+		if open := !r.reg.Status(r.breakerTarget("gpt-4o")).Allowed; open != retried {
+			t.Errorf("retried %v: breaker open %v", retried, open)
+		}
 	}
 }

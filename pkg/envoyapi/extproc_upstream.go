@@ -42,6 +42,8 @@ type upstream struct {
 	attempt  int    // x-envoy-attempt-count; 1 for the first attempt
 	first    int    // the attempt at which target began serving the request
 
+	requestID    string         // x-request-id
+	routed       bool           // the request went on to the upstream
 	held         string         // x-resil-target as the attempt arrived
 	contentLen   string         // content-length as the attempt arrived
 	fallbackFrom string         // x-resil-fallback-from as the attempt arrived
@@ -67,6 +69,7 @@ func (u *upstream) requestHeaders(req *extprocv3.ProcessingRequest, h *extprocv3
 	u.held, _ = hs.get(hdrTarget)
 	u.fallbackFrom, _ = hs.get(hdrFallbackFrom)
 	u.contentLen, _ = hs.get(hdrContentLen)
+	u.requestID, _ = hs.get(hdrRequestID)
 	if u.wait.begin(req, h) {
 		return headersResponse(false, nil), nil
 	}
@@ -105,6 +108,8 @@ func (u *upstream) route(body []byte, inBody bool) (*extprocv3.ProcessingRespons
 	if u.target == nil && u.cluster != "" {
 		u.target = u.snap.TargetByCluster(u.cluster)
 	}
+	u.routed = true
+	u.retried()
 	if u.root == nil || u.cluster == "" || (u.attempt == 1 && u.target != nil && u.target.Name == u.held) {
 		return u.pass(inBody), nil
 	}
@@ -208,9 +213,11 @@ func (u *upstream) responseBody(b *extprocv3.HttpBody) (*extprocv3.ProcessingRes
 }
 
 // end records the headers' verdict when the body never came (Envoy did
-// not honour the mode_override, or the stream was cut), and gives back
-// the slot of a hop the attempt moved to.
+// not honour the mode_override, or the stream was cut), notes an attempt
+// that got no response at all (see lostAttempts), and gives back the
+// slot of a hop the attempt moved to.
 func (u *upstream) end() {
+	u.lost()
 	if u.pending {
 		u.pending = false
 		u.record(u.verdict, u.next(u.verdict))

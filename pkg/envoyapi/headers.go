@@ -24,6 +24,7 @@ const (
 	hdrRetryAfterStd = "retry-after"
 	hdrExpose        = "access-control-expose-headers"
 	hdrAttemptCount  = "x-envoy-attempt-count"
+	hdrRequestID     = "x-request-id"
 	hdrStatus        = ":status"
 	hdrContentType   = "content-type"
 	hdrContentLen    = "content-length"
