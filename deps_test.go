@@ -42,6 +42,13 @@ var forbidden = map[string][]struct{ prefix, why string }{
 		{"github.com/envoyproxy/", "llmusage knows no Envoy"},
 		{"google.golang.org/", "llmusage knows no gRPC or protobuf"},
 	},
+	"pkg/routing": {
+		{module + "/pkg/envoyapi", "routing is shared by both ext_proc roles and knows no Envoy"},
+		{"github.com/envoyproxy/", "routing knows no Envoy"},
+		{"google.golang.org/grpc", "routing knows no gRPC"},
+		{"google.golang.org/protobuf", "routing knows no protobuf"},
+		{"github.com/redis/", "routing never knows which store is behind the limiter"},
+	},
 	"pkg/envoyapi": {
 		{"github.com/redis/", "envoyapi never knows which store is behind the limiter"},
 		{"go.opentelemetry.io/otel/sdk", "only commands build the OTel SDK"},

@@ -11,8 +11,13 @@
 // the external processor, and the unprefixed files are shared by both
 // (options, header names and seconds rounding, errors). The routing
 // decisions of ext_proc (which hop of a chain serves, how a target's
-// attempts are retried) are pkg/routing's; this package turns them into
-// Envoy's messages.
+// attempts are retried, which cluster the next attempt goes to, token
+// reservations) are pkg/routing's; this package turns them into Envoy's
+// messages. The downstream role reads each response's token usage as it
+// passes (pkg/llmusage: a whole JSON body, or an event stream chunk by
+// chunk) to settle the request's token reservation, writes the counts as
+// dynamic metadata, and feeds the breakers with error events in streams
+// and with the router's replies for upstreams that never answered.
 //
 // Servers are built with their collaborators as interfaces (the policies
 // in force, the decider) and options (logger, meter provider, response

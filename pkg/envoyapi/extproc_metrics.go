@@ -15,7 +15,10 @@ import (
 // and, for the upstream role, the failure class.
 //
 // Downstream outcomes: served, fallback, passthrough (not a known target),
-// rate_limited, concurrency_limited, unavailable. Upstream outcomes:
+// rate_limited, concurrency_limited, context_window, unavailable (the
+// refusals), and, on the response, stream_error (an error event in a
+// streamed 200) and transport_failure (the router's own reply for an
+// upstream that never answered). Upstream outcomes:
 // success, retry (Envoy is asked to retry the target), fallback (to retry
 // at once on another hop of the cluster), failure, unknown_target, and
 // no_eligible_hop (a retry found no hop of its cluster that could serve,
