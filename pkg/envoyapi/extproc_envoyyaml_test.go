@@ -9,7 +9,6 @@ import (
 	bootstrapv3 "github.com/envoyproxy/go-control-plane/envoy/config/bootstrap/v3"
 	routev3 "github.com/envoyproxy/go-control-plane/envoy/config/route/v3"
 	extprocfilterv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/ext_proc/v3"
-	hcmv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/network/http_connection_manager/v3"
 	upstreamhttpv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/upstreams/http/v3"
 	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/reflect/protoreflect"
@@ -100,11 +99,7 @@ func TestEnvoyYAMLShape(t *testing.T) {
 			t.Errorf("cluster %s: upstream ext_proc request body %v: a retry cannot move to another model", c.GetName(), m)
 		}
 	}
-	var hcm hcmv3.HttpConnectionManager
-	if err := b.GetStaticResources().GetListeners()[0].GetFilterChains()[0].GetFilters()[0].GetTypedConfig().UnmarshalTo(&hcm); err != nil {
-		t.Fatal(err)
-	}
-	down := extProcOf(t, hcm.GetHttpFilters()[0].GetTypedConfig())
+	down := extProcOf(t, listenerHCM(t, b).GetHttpFilters()[0].GetTypedConfig())
 	if role(down) != "downstream" || down.GetProcessingMode().GetResponseBodyMode() != extprocfilterv3.ProcessingMode_STREAMED {
 		t.Errorf("downstream ext_proc role %q, response body %v: the slot would go back at the first byte",
 			role(down), down.GetProcessingMode().GetResponseBodyMode())
@@ -134,24 +129,10 @@ func role(ep *extprocfilterv3.ExternalProcessor) string {
 	return ""
 }
 
-// routes decodes the listener's route configuration.
+// routes decodes the listener's routes.
 func routes(t *testing.T, b *bootstrapv3.Bootstrap) []*routev3.Route {
 	t.Helper()
-	var hcmJSON []byte
-	for _, f := range b.GetStaticResources().GetListeners()[0].GetFilterChains()[0].GetFilters() {
-		hcmJSON, _ = protojson.Marshal(f.GetTypedConfig())
-	}
-	var doc struct {
-		RouteConfig json.RawMessage `json:"routeConfig"`
-	}
-	if err := json.Unmarshal(hcmJSON, &doc); err != nil {
-		t.Fatal(err)
-	}
-	var rc routev3.RouteConfiguration
-	if err := protojson.Unmarshal(doc.RouteConfig, &rc); err != nil {
-		t.Fatal(err)
-	}
-	return rc.GetVirtualHosts()[0].GetRoutes()
+	return virtualHost(t, b).GetRoutes()
 }
 
 // TestEnvoyYAMLRetryPolicy checks that every route's retry policy reads the

@@ -51,7 +51,13 @@ type rig struct {
 
 func newRig(t *testing.T) *rig {
 	t.Helper()
-	snap := policy.Compile(policy.File{Name: "targets.yaml", Data: []byte(targets)})
+	return newRigWith(t, targets)
+}
+
+// newRigWith is newRig over the targets of policyText.
+func newRigWith(t *testing.T, policyText string) *rig {
+	t.Helper()
+	snap := policy.Compile(policy.File{Name: "targets.yaml", Data: []byte(policyText)})
 	if policy.HasErrors(snap.Problems()) {
 		t.Fatalf("policy: %v", snap.Problems())
 	}

@@ -5,8 +5,6 @@ import (
 	"testing"
 
 	"github.com/ratelimit-svc/ratelimit-svc/pkg/limiter"
-	"github.com/ratelimit-svc/ratelimit-svc/pkg/limiter/limitertest"
-	"github.com/ratelimit-svc/ratelimit-svc/pkg/policy"
 	"github.com/ratelimit-svc/ratelimit-svc/pkg/resilience"
 	"github.com/ratelimit-svc/ratelimit-svc/pkg/routing"
 )
@@ -27,18 +25,6 @@ targets:
     context_window: 100000
 `
 
-func newTokenRig(t *testing.T) *rig {
-	t.Helper()
-	snap := policy.Compile(policy.File{Name: "tokens.yaml", Data: []byte(tokenTargets)})
-	if policy.HasErrors(snap.Problems()) {
-		t.Fatalf("policy: %v", snap.Problems())
-	}
-	g := &rig{t: t, snap: snap, clk: limitertest.NewClock(t0), reg: resilience.NewRegistry()}
-	g.lim = limiter.New(limiter.WithClock(g.clk))
-	g.r = routing.New(routing.Deps{Limits: g.lim, Slots: g.lim, Breakers: g.reg, Now: g.clk.Now})
-	return g
-}
-
 // tokensLeft reads what big's token budget has left, taking nothing.
 func (g *rig) tokensLeft() uint64 {
 	g.t.Helper()
@@ -54,7 +40,7 @@ func (g *rig) tokensLeft() uint64 {
 // whose budget cannot take it is skipped as token_limit without spending
 // its request rate; reconciling charges or refunds the difference.
 func TestChooseReservesTokens(t *testing.T) {
-	g := newTokenRig(t)
+	g := newRigWith(t, tokenTargets)
 	c := g.choose("big", routing.Scope{Tokens: 600})
 	if c.Hop.Name != "big" || c.Reserved != 600 || g.tokensLeft() != 400 {
 		t.Fatalf("hop %v reserved %d, %d left; want big, 600, 400", c.Hop, c.Reserved, g.tokensLeft())
@@ -98,7 +84,7 @@ func TestChooseReservesTokens(t *testing.T) {
 // context-length error only a larger window is an alternative; a request
 // too large for every hop is refused with 400.
 func TestContextWindow(t *testing.T) {
-	g := newTokenRig(t)
+	g := newRigWith(t, tokenTargets)
 	c := g.choose("big", routing.Scope{Tokens: 5000})
 	wantHops(t, c, hop{"big", skip, routing.SkipContextWindow}, hop{"small", skip, routing.SkipContextWindow}, hop{"huge", served, ""})
 	v := resilience.Classify(resilience.Input{Status: 400, Body: []byte(`{"error":{"code":"context_length_exceeded","message":"too long"}}`)})
