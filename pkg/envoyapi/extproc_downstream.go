@@ -64,7 +64,7 @@ func (d *downstream) route(body []byte, inBody bool) (*extprocv3.ProcessingRespo
 		return passResponse(inBody), nil
 	}
 	est := estimate(body, root)
-	c, err := d.x.route.Choose(d.ctx, d.snap, root, routing.Scope{Tokens: uint64(est.Tokens)})
+	c, err := d.x.route.Choose(d.ctx, d.snap, root, routing.Scope{Tokens: uint64(est.Tokens), Reserve: true})
 	if err != nil {
 		return nil, err
 	}

@@ -113,7 +113,8 @@ func (u *upstream) route(body []byte, inBody bool) (*extprocv3.ProcessingRespons
 	if u.root == nil || u.cluster == "" || (u.attempt == 1 && u.target != nil && u.target.Name == u.held) {
 		return u.pass(inBody), nil
 	}
-	c, err := u.x.route.Choose(u.ctx, u.snap, u.root, routing.Scope{Cluster: u.cluster, Held: u.held})
+	est := estimate(body, u.root) // context windows only: the downstream role reserved the tokens
+	c, err := u.x.route.Choose(u.ctx, u.snap, u.root, routing.Scope{Cluster: u.cluster, Held: u.held, Tokens: uint64(est.Tokens)})
 	if err != nil {
 		return nil, err
 	}

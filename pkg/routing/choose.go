@@ -54,10 +54,12 @@ type Scope struct {
 	// rate again.
 	Held string
 	// Tokens is the request's token estimate: a hop whose context_window
-	// is smaller is skipped, and a serving hop with a token budget
-	// reserves it there (a hop whose budget cannot take it is skipped).
-	// Zero reserves nothing and only checks that a budget is not spent.
+	// is smaller is skipped.
 	Tokens uint64
+	// Reserve takes Tokens from the serving hop's token budget (a hop
+	// whose budget cannot take them is skipped); otherwise a walk only
+	// checks that a budget is not spent.
+	Reserve bool
 	// AboveWindow, when set, keeps only the hops whose context_window is
 	// larger: a context-length error moves a request to a larger window.
 	AboveWindow uint32
@@ -95,7 +97,11 @@ func (r *Router) Choose(ctx context.Context, snap *policy.Snapshot, root *policy
 		if name == scope.Held {
 			return r.admitHeld(&c, t)
 		}
-		res, err := r.admit(&c, t, scope.Tokens)
+		var reserve uint64
+		if scope.Reserve {
+			reserve = scope.Tokens
+		}
+		res, err := r.admit(&c, t, reserve)
 		if err != nil {
 			failure = err
 			return resilience.CallerFailed(err)

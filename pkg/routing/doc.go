@@ -20,7 +20,7 @@
 //     attempt's), names a hop the request holds already, and carries the
 //     request's token estimate: a hop whose context_window is smaller is
 //     skipped (context_window), and the serving hop reserves the estimate
-//     from its token budget (a budget that cannot take it skips the hop,
+//     (Scope.Reserve) from its token budget (a budget that cannot take it skips the hop,
 //     token_limit). Router.Reconcile settles a reservation with the usage
 //     the response reported (a charge past the budget is kept as debt, a
 //     smaller usage is refunded).

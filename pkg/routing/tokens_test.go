@@ -41,20 +41,20 @@ func (g *rig) tokensLeft() uint64 {
 // its request rate; reconciling charges or refunds the difference.
 func TestChooseReservesTokens(t *testing.T) {
 	g := newRigWith(t, tokenTargets)
-	c := g.choose("big", routing.Scope{Tokens: 600})
+	c := g.choose("big", routing.Scope{Tokens: 600, Reserve: true})
 	if c.Hop.Name != "big" || c.Reserved != 600 || g.tokensLeft() != 400 {
 		t.Fatalf("hop %v reserved %d, %d left; want big, 600, 400", c.Hop, c.Reserved, g.tokensLeft())
 	}
-	c = g.choose("big", routing.Scope{Tokens: 100, Cluster: "other"})
+	c = g.choose("big", routing.Scope{Tokens: 100, Reserve: true, Cluster: "other"})
 	wantHops(t, c, hop{"big", skip, resilience.SkipIneligible}, hop{"small", skip, resilience.SkipIneligible}, hop{"huge", served, ""})
 	if c.Reserved != 0 {
 		t.Errorf("a hop without a budget reserved %d", c.Reserved)
 	}
-	c = g.choose("big", routing.Scope{Tokens: 500, Cluster: "other"})
+	c = g.choose("big", routing.Scope{Tokens: 500, Reserve: true, Cluster: "other"})
 	if c.Hop.Name != "huge" {
 		t.Fatalf("hop %v, want huge", c.Hop)
 	}
-	c = g.choose("big", routing.Scope{Tokens: 500})
+	c = g.choose("big", routing.Scope{Tokens: 500, Reserve: true})
 	wantHops(t, c, hop{"big", skip, routing.SkipTokenLimited}, hop{"small", skip, routing.SkipContextWindow}, hop{"huge", served, ""})
 	if c.Rate.Limit != 0 || !c.HasDenied {
 		t.Errorf("rate %+v denied %v: want the token refusal recorded", c.Rate, c.HasDenied)
@@ -85,7 +85,12 @@ func TestChooseReservesTokens(t *testing.T) {
 // too large for every hop is refused with 400.
 func TestContextWindow(t *testing.T) {
 	g := newRigWith(t, tokenTargets)
-	c := g.choose("big", routing.Scope{Tokens: 5000})
+	c := g.choose("big", routing.Scope{Tokens: 300, Cluster: "acme"})
+	wantHops(t, c, hop{"big", served, ""})
+	if c.Reserved != 0 || g.tokensLeft() != 1000 {
+		t.Errorf("a walk without Reserve reserved %d (%d left)", c.Reserved, g.tokensLeft())
+	}
+	c = g.choose("big", routing.Scope{Tokens: 5000})
 	wantHops(t, c, hop{"big", skip, routing.SkipContextWindow}, hop{"small", skip, routing.SkipContextWindow}, hop{"huge", served, ""})
 	v := resilience.Classify(resilience.Input{Status: 400, Body: []byte(`{"error":{"code":"context_length_exceeded","message":"too long"}}`)})
 	if v.Class != resilience.ClassContextLength {
