@@ -7,7 +7,6 @@ import (
 
 	"github.com/ratelimit-svc/ratelimit-svc/pkg/envoyapi/envoytest"
 	"github.com/ratelimit-svc/ratelimit-svc/pkg/limiter"
-	"github.com/ratelimit-svc/ratelimit-svc/pkg/policy"
 	"github.com/ratelimit-svc/ratelimit-svc/pkg/routing"
 )
 
@@ -176,14 +175,28 @@ func TestTokenBudgetCutStream(t *testing.T) {
 	}
 }
 
+// TestDefaultMaxTokens: a request without an output cap reserves its
+// prompt and the target's default_max_tokens.
+func TestDefaultMaxTokens(t *testing.T) {
+	r := newExtRigWith(t, tokenPolicy)
+	s, err := r.downstream().Open(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Cancel()
+	if _, local, err := s.SendRequest(chatRequest(`{"model":"mini","messages":[{"role":"user","content":"hiya"}]}`)); err != nil || local != nil {
+		t.Fatalf("request: %v %v", local, err)
+	}
+	if left := r.tokensLeft("mini"); left != 1000-301 {
+		t.Errorf("%d tokens left, want 699 (1 prompt token + 300 by default)", left)
+	}
+}
+
 // TestStreamUsageInject: a target with stream_usage: inject asks a
 // streamed request for its usage chunk, content-length to match; a
 // request that asks already is left as sent.
 func TestStreamUsageInject(t *testing.T) {
 	r := newExtRigWith(t, tokenPolicy)
-	// What stream_usage: inject compiles to, set on the compiled target
-	// so the test holds whichever way the policy reads the key.
-	r.snap.Target("mini").StreamUsage = policy.StreamUsageInject
 	in := `{"model":"mini","stream":true,"messages":[{"role":"user","content":"hiya"}]}`
 	x := r.roundTrip(r.downstream(), chatRequest(in), sse(openAIStream()))
 	want := strings.TrimSuffix(in, "}") + `,"stream_options":{"include_usage":true}}`
