@@ -114,12 +114,13 @@ func (r *Router) eligible(t *policy.Target) bool {
 // to, decided before that attempt's outcome is known (Envoy re-selects a
 // retry's cluster from request headers, which only the request side can
 // write): the cluster of the first eligible alternative of root's chain
-// (any cluster) when t's profile prefers failing over or t has no retry
-// left (retries counts t's earlier attempts for this request), else t's
-// own cluster, where a retry of t or another hop of the cluster serves.
+// (any cluster) when t's profile prefers failing over, t has no retry
+// left (retries counts t's earlier attempts for this request) or t is
+// not eligible now (skipped after a hint, its breaker open), else t's own
+// cluster, where a retry of t or another hop of the cluster serves.
 func (r *Router) NextCluster(snap *policy.Snapshot, root, t *policy.Target, retries int) string {
 	prof := RetryPolicy(t).Profile()
-	if root == nil || (!prof.PreferFailover && retries < prof.MaxRetries) {
+	if root == nil || (!prof.PreferFailover && retries < prof.MaxRetries && r.eligible(t)) {
 		return t.Cluster
 	}
 	if alt, ok := r.Alternative(snap, root, t.Name, Scope{}); ok {

@@ -3,6 +3,7 @@ package routing_test
 import (
 	"context"
 	"testing"
+	"time"
 
 	"github.com/ratelimit-svc/ratelimit-svc/pkg/limiter"
 	"github.com/ratelimit-svc/ratelimit-svc/pkg/resilience"
@@ -126,6 +127,10 @@ func TestNextCluster(t *testing.T) {
 	}{
 		{"standard with retries left", nil, "primary", 0, "acme"},
 		{"standard out of retries", nil, "primary", 3, "acme"}, // secondary, same cluster
+		{"standard skipped after a hint", func(g *rig) {
+			g.reg.Record(routing.BreakerTarget(g.target("primary")), resilience.Verdict{Class: resilience.ClassRate, SkipFor: time.Hour})
+			g.openBreaker("secondary")
+		}, "primary", 0, "other"},
 		{"standard out of retries, secondary spent", func(g *rig) {
 			g.openBreaker("secondary")
 		}, "primary", 3, "other"},
