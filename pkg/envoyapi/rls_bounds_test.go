@@ -64,9 +64,12 @@ func TestRequestBounds(t *testing.T) {
 // what a Go client would refuse to marshal.
 type rawCodec struct{}
 
-func (rawCodec) Marshal(v any) ([]byte, error)   { return *v.(*[]byte), nil }
-func (rawCodec) Unmarshal(b []byte, v any) error { *v.(*[]byte) = append([]byte(nil), b...); return nil }
-func (rawCodec) Name() string                    { return "proto" }
+func (rawCodec) Marshal(v any) ([]byte, error) { return *v.(*[]byte), nil }
+func (rawCodec) Unmarshal(b []byte, v any) error {
+	*v.(*[]byte) = append([]byte(nil), b...)
+	return nil
+}
+func (rawCodec) Name() string { return "proto" }
 
 // TestInvalidUTF8IsInvalidArgument: a descriptor value that is not valid
 // UTF-8 is the caller's mistake: InvalidArgument naming the field, not
