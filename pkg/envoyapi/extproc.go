@@ -40,6 +40,11 @@ type ExtProcDeps struct {
 	// Now tells the time for retry hints given as dates; nil means
 	// time.Now.
 	Now func() time.Time
+	// StreamIdleTimeout ends a stream on which Envoy sends no message for
+	// that long (DEADLINE_EXCEEDED), giving back its slot and settling
+	// its token reservation; 0 waits for ever. DefaultStreamIdleTimeout
+	// is the service's default.
+	StreamIdleTimeout time.Duration
 }
 
 // ExtProc serves envoy.service.ext_proc.v3.ExternalProcessor in two roles,
@@ -55,6 +60,7 @@ type ExtProc struct {
 	log      *slog.Logger
 	metrics  *extProcMetrics
 	lost     *lostAttempts
+	idle     time.Duration // StreamIdleTimeout
 }
 
 // NewExtProc builds the ext_proc server over the policies in force (their
@@ -62,7 +68,8 @@ type ExtProc struct {
 func NewExtProc(p Policies, deps ExtProcDeps, opts ...Option) *ExtProc {
 	o := newOptions(opts)
 	route := routing.New(routing.Deps{Limits: deps.Limits, Slots: deps.Slots, Breakers: deps.Breakers, Now: deps.Now})
-	return &ExtProc{policies: p, route: route, log: o.log, metrics: newExtProcMetrics(o.meter), lost: &lostAttempts{}}
+	return &ExtProc{policies: p, route: route, log: o.log, metrics: newExtProcMetrics(o.meter), lost: &lostAttempts{},
+		idle: deps.StreamIdleTimeout}
 }
 
 // RegisterExtProc registers x as envoy.service.ext_proc.v3.ExternalProcessor.
@@ -94,13 +101,22 @@ type phases interface {
 }
 
 // Process runs one stream: one HTTP request seen by one filter instance.
-// Half-close (io.EOF) and cancellation are normal ends and return nil.
+// Half-close (io.EOF) and cancellation are normal ends and return nil; a
+// stream on which Envoy sends nothing for the idle timeout ends with
+// DEADLINE_EXCEEDED.
 func (x *ExtProc) Process(stream extprocv3.ExternalProcessor_ProcessServer) error {
 	ctx := stream.Context()
 	ph := x.phasesFor(ctx)
 	defer ph.end()
+	in := newIdleReader(stream, x.idle)
+	defer in.stop()
 	for {
-		req, err := stream.Recv()
+		req, err := in.recv()
+		if errors.Is(err, errStreamIdle) {
+			x.metrics.verdict(ctx, roleOf(ph), "stream_idle")
+			x.log.LogAttrs(ctx, slog.LevelInfo, "ext_proc stream idle: ended", slog.Duration("timeout", x.idle))
+			return streamIdleError(x.idle)
+		}
 		if err != nil {
 			return streamEnd(err)
 		}
@@ -126,6 +142,14 @@ func (x *ExtProc) phasesFor(ctx context.Context) phases {
 		return &upstream{x: x, ctx: ctx, reselect: len(r) > 0 && r[0] == "true"}
 	}
 	return &downstream{x: x, ctx: ctx}
+}
+
+// roleOf names a stream's role, as the metrics label it.
+func roleOf(ph phases) string {
+	if _, ok := ph.(*upstream); ok {
+		return roleUpstream
+	}
+	return roleDownstream
 }
 
 // dispatch hands a message to its phase. Trailers pass untouched.

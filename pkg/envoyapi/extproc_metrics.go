@@ -22,7 +22,8 @@ import (
 // success, retry (Envoy is asked to retry the target), fallback (to retry
 // at once on another hop of the cluster), failure, unknown_target, and
 // no_eligible_hop (a retry found no hop of its cluster that could serve,
-// and went as it was).
+// and went as it was). Either role: stream_idle (Envoy sent nothing for
+// the stream idle timeout, and the stream was ended).
 type extProcMetrics struct {
 	verdicts metric.Int64Counter
 	attrs    sync.Map // label values → metric.MeasurementOption
