@@ -130,10 +130,11 @@ start() {
 }
 stop() { kill "$1" 2>/dev/null || true; wait "$1" 2>/dev/null || true; }
 
-# flood_watch side pid: the flood replica's memory and CPU over the 60 s
-# after the flood, into side/watch.json.
+# flood_watch side pid http: the flood replica's memory and CPU over the
+# 60 s after the flood, and then its Go heap (in use, and idle but not
+# returned to the system) from /metrics, into side/watch.json.
 flood_watch() {
-  local c0 c10 c50 c60 hwm rss0 rss60
+  local c0 c10 c50 c60 hwm rss0 rss60 heap
   rss0=$(status_kb "$2" VmRSS) c0=$(cpu_ticks "$2")
   sleep 10
   c10=$(cpu_ticks "$2")
@@ -141,7 +142,9 @@ flood_watch() {
   c50=$(cpu_ticks "$2")
   sleep 10
   c60=$(cpu_ticks "$2") rss60=$(status_kb "$2" VmRSS) hwm=$(status_kb "$2" VmHWM)
-  echo "{\"hwm_kb\": $hwm, \"rss_end_kb\": $rss0, \"rss_60s_kb\": $rss60, \"cpu_0_10_ms\": $(((c10 - c0) * 1000 / tck)), \"cpu_50_60_ms\": $(((c60 - c50) * 1000 / tck))}" >"$work/$1/watch.json"
+  heap=$(curl -s -m 10 "http://$3/metrics" | awk '$1 == "go_memstats_heap_inuse_bytes" {u = $2} $1 == "go_memstats_heap_idle_bytes" {i = $2}
+    $1 == "go_memstats_heap_released_bytes" {r = $2} END {printf "{\"inuse\": %d, \"kept\": %d}", u, i - r}')
+  echo "{\"heap\": $heap, \"hwm_kb\": $hwm, \"rss_end_kb\": $rss0, \"rss_60s_kb\": $rss60, \"cpu_0_10_ms\": $(((c10 - c0) * 1000 / tck)), \"cpu_50_60_ms\": $(((c60 - c50) * 1000 / tck))}" >"$work/$1/watch.json"
 }
 
 # stuck_flag side: the build's flag bounding a silent ext_proc stream,
@@ -157,7 +160,7 @@ run_side() {
   fpid=$pid
   echo "{\"rss_start_kb\": $(status_kb "$fpid" VmRSS)}" >"$work/$side/flood0.json"
   "$work/hostile" flood -addr "$grpc" -d "$FLOOD" >"$work/$side/flood.json"
-  flood_watch "$side" "$fpid" &
+  flood_watch "$side" "$fpid" "$http" &
   w=$!
   pids+=("$w")
 
@@ -356,6 +359,13 @@ def watch(field, unit=""):
     return f
 
 
+def heap(side):
+    h = load(side, "watch.json").get("heap") or {}
+    if "inuse" not in h:
+        return "–"
+    return f'{h["inuse"] / 1048576:,.0f} MB; {h["kept"] / 1048576:,.0f} MB'
+
+
 rows = [
     ("load average (1, 5, 15 min) as the build's run began", lambda s: text(s, "load")),
     ("bounds' flags in -help (" + ", ".join(BOUNDS) + ")", flags),
@@ -364,6 +374,7 @@ rows = [
     ("RSS peak (VmHWM)", watch("hwm_kb", "MB")),
     ("RSS at the end of the flood", watch("rss_end_kb", "MB")),
     ("RSS 60 s after the flood", watch("rss_60s_kb", "MB")),
+    ("… of it, Go heap in use; idle but kept from the system (/metrics)", heap),
     ("CPU (utime+stime) of the idle replica, 0–10 s after the flood", watch("cpu_0_10_ms")),
     ("CPU (utime+stime) of the idle replica, 50–60 s after the flood", watch("cpu_50_60_ms")),
     ("answer to an override of YEAR×100", lambda s: load(s, "codes.json").get("override_year_x100", "–")),
