@@ -2,12 +2,17 @@ package deploy_test
 
 import (
 	"encoding/json"
-	"regexp"
+	"fmt"
+	"maps"
+	"path/filepath"
+	"reflect"
 	"slices"
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
+	xdsmatcherv3 "github.com/cncf/xds/go/xds/type/matcher/v3"
 	bootstrapv3 "github.com/envoyproxy/go-control-plane/envoy/config/bootstrap/v3"
 	clusterv3 "github.com/envoyproxy/go-control-plane/envoy/config/cluster/v3"
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
@@ -17,7 +22,9 @@ import (
 	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/ext_proc/v3"
 	ratelimitv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/ratelimit/v3"
 	hcmv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/network/http_connection_manager/v3"
+	clustermatcherv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/router/cluster_specifiers/matcher/v3"
 	upstreamhttpv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/upstreams/http/v3"
+	typematcherv3 "github.com/envoyproxy/go-control-plane/envoy/type/matcher/v3"
 	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/durationpb"
@@ -25,13 +32,13 @@ import (
 	"gopkg.in/yaml.v3"
 
 	"github.com/ratelimit-svc/ratelimit-svc/pkg/policy"
+	"github.com/ratelimit-svc/ratelimit-svc/pkg/resilience"
+	"github.com/ratelimit-svc/ratelimit-svc/pkg/routing"
 
 	// The typed_config types the patches use, so their Any values resolve.
 	_ "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/router/v3"
 	_ "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/upstream_codec/v3"
-	_ "github.com/envoyproxy/go-control-plane/envoy/extensions/router/cluster_specifiers/matcher/v3"
 	_ "github.com/envoyproxy/go-control-plane/envoy/extensions/transport_sockets/tls/v3"
-	_ "github.com/envoyproxy/go-control-plane/envoy/type/matcher/v3"
 )
 
 const istioDir = "envoy/istio"
@@ -78,12 +85,13 @@ type configPatch struct {
 
 // operations lists, per applyTo, the operations Istio accepts.
 var operations = map[string][]string{
-	"HTTP_FILTER":    {"INSERT_BEFORE", "INSERT_AFTER", "INSERT_FIRST", "MERGE", "REMOVE", "REPLACE"},
-	"CLUSTER":        {"ADD", "MERGE", "REMOVE", "REPLACE"},
-	"LISTENER":       {"ADD", "MERGE", "REMOVE"},
-	"VIRTUAL_HOST":   {"ADD", "MERGE", "REMOVE"},
-	"HTTP_ROUTE":     {"INSERT_BEFORE", "INSERT_AFTER", "INSERT_FIRST", "MERGE", "REMOVE"},
-	"NETWORK_FILTER": {"INSERT_BEFORE", "INSERT_AFTER", "INSERT_FIRST", "MERGE", "REMOVE", "REPLACE"},
+	"HTTP_FILTER":         {"INSERT_BEFORE", "INSERT_AFTER", "INSERT_FIRST", "MERGE", "REMOVE", "REPLACE"},
+	"CLUSTER":             {"ADD", "MERGE", "REMOVE", "REPLACE"},
+	"LISTENER":            {"ADD", "MERGE", "REMOVE"},
+	"VIRTUAL_HOST":        {"ADD", "MERGE", "REMOVE", "REPLACE"},
+	"ROUTE_CONFIGURATION": {"MERGE"},
+	"HTTP_ROUTE":          {"INSERT_BEFORE", "INSERT_AFTER", "INSERT_FIRST", "MERGE", "REMOVE"},
+	"NETWORK_FILTER":      {"INSERT_BEFORE", "INSERT_AFTER", "INSERT_FIRST", "MERGE", "REMOVE", "REPLACE"},
 }
 
 // istio is the decoded envoy/istio directory.
@@ -119,6 +127,98 @@ func (is *istio) patches(applyTo, op string) []configPatch {
 		}
 	}
 	return ps
+}
+
+// configMapGenerator is the part of a kustomization that generates or
+// merges ConfigMaps.
+type configMapGenerator struct {
+	Name      string   `yaml:"name"`
+	Namespace string   `yaml:"namespace"`
+	Behavior  string   `yaml:"behavior"`
+	Files     []string `yaml:"files"`
+	Options   struct {
+		DisableNameSuffixHash bool `yaml:"disableNameSuffixHash"`
+	} `yaml:"options"`
+}
+
+// istioPolicies compiles the policies the service reads under Istio: the
+// ConfigMap of envoy/k8s with the files envoy/istio's kustomization
+// merges into it (a key per file: "key=path", or the file's base name).
+func istioPolicies(t *testing.T) *policy.Snapshot {
+	t.Helper()
+	cm := mustFind(t, loadObjects(t, k8sDir), "ConfigMap", "ratelimit-config")
+	var k struct {
+		ConfigMapGenerator []configMapGenerator `yaml:"configMapGenerator"`
+	}
+	if err := yaml.Unmarshal(readFile(t, istioDir, "kustomization.yaml"), &k); err != nil {
+		t.Fatalf("%s/kustomization.yaml: %v", istioDir, err)
+	}
+	data := maps.Clone(cm.Data)
+	for _, g := range k.ConfigMapGenerator {
+		// merge keeps the other keys; the name must not change either,
+		// as the service applies an edited ConfigMap without a restart.
+		if g.Name != cm.Metadata.Name || g.Namespace != cm.Metadata.Namespace || g.Behavior != "merge" ||
+			!g.Options.DisableNameSuffixHash {
+			t.Errorf("%s/kustomization.yaml: configMapGenerator %s/%s behavior %q, hash suffix off %v: want a merge into %s/%s",
+				istioDir, g.Namespace, g.Name, g.Behavior, g.Options.DisableNameSuffixHash, cm.Metadata.Namespace, cm.Metadata.Name)
+		}
+		for _, f := range g.Files {
+			key, path, ok := strings.Cut(f, "=")
+			if !ok {
+				key, path = filepath.Base(f), f
+			}
+			data[key] = string(readFile(t, istioDir, path))
+		}
+	}
+	var files []policy.File
+	for key, v := range data {
+		files = append(files, policy.File{Name: "/etc/ratelimit/config/" + key, Data: []byte(v)})
+	}
+	return compileClean(t, "ConfigMap ratelimit-config under Istio", files)
+}
+
+// TestIstioTargets: the targets under Istio are config/'s, each naming
+// the cluster Istio generates for its provider (outbound|port||api_host),
+// a ServiceEntry port whose cluster runs the upstream ext_proc, so the
+// upstream role finds the hops of an attempt's cluster (xds.cluster_name).
+func TestIstioTargets(t *testing.T) {
+	is := loadIstio(t)
+	got := istioPolicies(t)
+	want := compileClean(t, "config/", policyFiles(t, "config", "config/"))
+	if g, w := targetNames(got), targetNames(want); !slices.Equal(g, w) {
+		t.Fatalf("targets under Istio %v, config/ has %v", g, w)
+	}
+	patched := map[string]bool{}
+	for _, p := range is.patches("CLUSTER", "MERGE") {
+		if m := p.Match.Cluster; m != nil {
+			patched[outboundCluster(m.Service, m.PortNumber)] = true
+		}
+	}
+	for _, w := range want.Targets() {
+		g := *got.Target(w.Name)
+		if want := outboundCluster(g.APIHost, 80); g.Cluster != want || !patched[g.Cluster] {
+			t.Errorf("target %s: cluster %q, want %s with the upstream ext_proc", g.Name, g.Cluster, want)
+		}
+		if !meshHTTPPort(t, is, g.APIHost, 80) {
+			t.Errorf("target %s: %s:80 is no HTTP ServiceEntry port with TLS origination", g.Name, g.APIHost)
+		}
+		w := *w
+		g.Cluster, g.File, w.Cluster, w.File = "", "", "", ""
+		if !reflect.DeepEqual(g, w) {
+			t.Errorf("target %s differs from config/'s but for its cluster:\n istio:   %s\n config/: %s", g.Name, describe(t, &g), describe(t, &w))
+		}
+	}
+	for c := range patched {
+		if len(got.TargetsByCluster(c)) == 0 {
+			t.Errorf("cluster %s runs the upstream ext_proc but serves no target", c)
+		}
+	}
+}
+
+// describe shows a target with its limits.
+func describe(t *testing.T, tg *policy.Target) string {
+	t.Helper()
+	return fmt.Sprintf("%s rate %+v tokens %+v", toJSON(t, tg), tg.RateLimit, tg.TokenLimit)
 }
 
 // k8sGRPCService is the ratelimit-svc Service's DNS name and gRPC port.
@@ -264,29 +364,25 @@ func extProcOf(t *testing.T, f *hcmv3.HttpFilter) *extprocv3.ExternalProcessor {
 	return &ep
 }
 
-func role(ep *extprocv3.ExternalProcessor) string {
+func role(ep *extprocv3.ExternalProcessor) string { return metadata(ep, "x-resil-role") }
+
+// sameExtProc compares two ext_proc configurations but for the cluster
+// they call.
+func sameExtProc(a, b *extprocv3.ExternalProcessor) bool {
+	a, b = proto.CloneOf(a), proto.CloneOf(b)
+	a.GetGrpcService().GetEnvoyGrpc().ClusterName = ""
+	b.GetGrpcService().GetEnvoyGrpc().ClusterName = ""
+	return proto.Equal(a, b)
+}
+
+// metadata is the value of key in ep's gRPC initial metadata.
+func metadata(ep *extprocv3.ExternalProcessor, key string) string {
 	for _, h := range ep.GetGrpcService().GetInitialMetadata() {
-		if h.GetKey() == "x-resil-role" {
+		if h.GetKey() == key {
 			return h.GetValue()
 		}
 	}
 	return ""
-}
-
-// sameExtProc compares two ext_proc configurations but for the cluster
-// they call and x-resil-reselect: the gateway's routes are the
-// VirtualService's, which keep each attempt in its cluster, so its
-// upstream filter must not plan a cross-cluster retry.
-func sameExtProc(a, b *extprocv3.ExternalProcessor) bool {
-	a, b = proto.CloneOf(a), proto.CloneOf(b)
-	for _, ep := range []*extprocv3.ExternalProcessor{a, b} {
-		gs := ep.GetGrpcService()
-		gs.GetEnvoyGrpc().ClusterName = ""
-		gs.InitialMetadata = slices.DeleteFunc(gs.GetInitialMetadata(), func(h *corev3.HeaderValue) bool {
-			return h.GetKey() == "x-resil-reselect"
-		})
-	}
-	return proto.Equal(a, b)
 }
 
 func TestIstioHTTPFilters(t *testing.T) {
@@ -326,7 +422,7 @@ func TestIstioHTTPFilters(t *testing.T) {
 	if rl.GetRateLimitService().GetTransportApiVersion() != corev3.ApiVersion_V3 {
 		t.Error("ratelimit transport_api_version is not V3")
 	}
-	if configMapPolicies(t).Domain(rl.GetDomain()) == nil {
+	if istioPolicies(t).Domain(rl.GetDomain()) == nil {
 		t.Errorf("ratelimit domain %q is not in the ConfigMap's policies", rl.GetDomain())
 	}
 
@@ -341,7 +437,7 @@ func TestIstioHTTPFilters(t *testing.T) {
 // istioCluster is roughly what Istio generates for a ServiceEntry host on
 // an HTTP port, before the MERGE patch.
 func istioCluster(host string, port int) *clusterv3.Cluster {
-	name := "outbound|" + strconv.Itoa(port) + "||" + host
+	name := outboundCluster(host, port)
 	return &clusterv3.Cluster{
 		Name:                 name,
 		ClusterDiscoveryType: &clusterv3.Cluster_Type{Type: clusterv3.Cluster_STRICT_DNS},
@@ -464,6 +560,11 @@ func TestIstioUpstreamExtProc(t *testing.T) {
 		if got := ep.GetGrpcService().GetEnvoyGrpc().GetClusterName(); got != cluster {
 			t.Errorf("%s: ext_proc calls %q, the patch adds %q", c.GetName(), got, cluster)
 		}
+		// The gateway's route re-selects each retry's cluster from the
+		// x-resil-cluster this filter writes when told so.
+		if got := metadata(ep, "x-resil-reselect"); got != "true" {
+			t.Errorf("%s: upstream ext_proc x-resil-reselect %q, want \"true\": no retry would leave the cluster", c.GetName(), got)
+		}
 		if upstream != nil && !sameExtProc(ep, upstream) {
 			t.Errorf("%s: upstream ext_proc differs from envoy.yaml's:\n istio: %v\n envoy.yaml: %v", c.GetName(), ep, upstream)
 		}
@@ -507,80 +608,100 @@ type gatewaySpec struct {
 	} `yaml:"servers"`
 }
 
-type virtualServiceSpec struct {
-	Hosts    []string `yaml:"hosts"`
-	Gateways []string `yaml:"gateways"`
-	HTTP     []struct {
-		Name  string `yaml:"name"`
-		Match []struct {
-			Headers map[string]struct {
-				Exact string `yaml:"exact"`
-				Regex string `yaml:"regex"`
-			} `yaml:"headers"`
-		} `yaml:"match"`
-		Route []struct {
-			Destination struct {
-				Host string `yaml:"host"`
-				Port struct {
-					Number int `yaml:"number"`
-				} `yaml:"port"`
-			} `yaml:"destination"`
-		} `yaml:"route"`
-		Retries *struct {
-			Attempts int    `yaml:"attempts"`
-			RetryOn  string `yaml:"retryOn"`
-		} `yaml:"retries"`
-	} `yaml:"http"`
+type vsRoute struct {
+	Name  string `yaml:"name"`
+	Match []struct {
+		Headers map[string]struct {
+			Exact string `yaml:"exact"`
+			Regex string `yaml:"regex"`
+		} `yaml:"headers"`
+	} `yaml:"match"`
+	Rewrite *struct {
+		Authority string `yaml:"authority"`
+	} `yaml:"rewrite"`
+	Route []struct {
+		Destination struct {
+			Host string `yaml:"host"`
+			Port struct {
+				Number int `yaml:"number"`
+			} `yaml:"port"`
+		} `yaml:"destination"`
+	} `yaml:"route"`
+	Timeout string `yaml:"timeout"`
+	Retries *struct {
+		Attempts int    `yaml:"attempts"`
+		RetryOn  string `yaml:"retryOn"`
+	} `yaml:"retries"`
 }
 
-// TestIstioRoutes checks the Gateway, the VirtualService routing on
-// x-resil-target, and the VIRTUAL_HOST, HTTP_ROUTE and LISTENER patches.
-func TestIstioRoutes(t *testing.T) {
-	is := loadIstio(t)
+type virtualServiceSpec struct {
+	Hosts    []string  `yaml:"hosts"`
+	Gateways []string  `yaml:"gateways"`
+	HTTP     []vsRoute `yaml:"http"`
+}
+
+// outboundCluster is the name Istio gives the cluster of a service port.
+func outboundCluster(host string, port int) string {
+	return "outbound|" + strconv.Itoa(port) + "||" + host
+}
+
+// gatewayVS is the Gateway's virtual host name, as Istio names it, and
+// the VirtualService bound to it.
+func gatewayVS(t *testing.T, is *istio) (string, *virtualServiceSpec) {
+	t.Helper()
 	gw := spec[gatewaySpec](t, mustFind(t, is.objs, "Gateway", "llm"))
 	vs := spec[virtualServiceSpec](t, mustFind(t, is.objs, "VirtualService", "llm"))
 	if gw.Selector["istio"] != "ingressgateway" || len(gw.Servers) != 1 || len(gw.Servers[0].Hosts) != 1 {
 		t.Fatalf("Gateway %+v", gw)
 	}
 	host := gw.Servers[0].Hosts[0]
-	vhost := host + ":" + strconv.Itoa(gw.Servers[0].Port.Number) // Istio's gateway virtual host name
 	if !slices.Equal(vs.Hosts, []string{host}) || !slices.Equal(vs.Gateways, []string{"llm"}) {
 		t.Errorf("VirtualService hosts %v gateways %v", vs.Hosts, vs.Gateways)
 	}
+	return host + ":" + strconv.Itoa(gw.Servers[0].Port.Number), vs
+}
 
-	// Every target of the policies is routed, to a provider service.
-	targets := configMapPolicies(t).Targets()
-	routed := map[string]bool{}
+// TestIstioRoutes checks that the VirtualService sends the first attempt
+// of every target to the cluster the downstream role names in
+// x-resil-cluster: a route matching that name exactly, whose destination
+// is the provider's cluster of that name.
+func TestIstioRoutes(t *testing.T) {
+	is := loadIstio(t)
+	_, vs := gatewayVS(t, is)
+	routed := map[string]string{} // x-resil-cluster → the route's cluster
 	for _, r := range vs.HTTP {
+		if len(r.Route) != 1 {
+			t.Errorf("route %s has %d destinations, want 1", r.Name, len(r.Route))
+			continue
+		}
+		d := r.Route[0].Destination
+		if !meshHTTPPort(t, is, d.Host, d.Port.Number) {
+			t.Errorf("route %s goes to %s:%d, no provider ServiceEntry", r.Name, d.Host, d.Port.Number)
+		}
 		for _, m := range r.Match {
-			h, ok := m.Headers["x-resil-target"]
-			if !ok {
-				t.Errorf("route %s does not match on x-resil-target", r.Name)
+			h, ok := m.Headers["x-resil-cluster"]
+			if !ok || h.Exact == "" || len(m.Headers) != 1 {
+				t.Errorf("route %s matches %v, want x-resil-cluster exactly", r.Name, m.Headers)
 				continue
 			}
-			for _, tg := range targets {
-				if h.Exact == tg.Name || (h.Regex != "" && regexp.MustCompile("^(?:"+h.Regex+")$").MatchString(tg.Name)) {
-					routed[tg.Name] = true
-				}
-			}
-		}
-		for _, d := range r.Route {
-			if !meshHTTPPort(t, is, d.Destination.Host, d.Destination.Port.Number) {
-				t.Errorf("route %s goes to %s:%d, no provider ServiceEntry", r.Name, d.Destination.Host, d.Destination.Port.Number)
-			}
+			routed[h.Exact] = outboundCluster(d.Host, d.Port.Number)
 		}
 		if r.Retries == nil || !strings.Contains(r.Retries.RetryOn, "retriable-headers") {
 			t.Errorf("route %s does not retry on retriable-headers", r.Name)
 		}
 	}
-	for _, tg := range targets {
-		if !routed[tg.Name] {
-			t.Errorf("target %s is not routed by the VirtualService", tg.Name)
+	for _, tg := range istioPolicies(t).Targets() {
+		if got, ok := routed[tg.Cluster]; !ok || got != tg.Cluster {
+			t.Errorf("target %s: x-resil-cluster %s is routed to %q", tg.Name, tg.Cluster, got)
 		}
 	}
+}
 
-	// VIRTUAL_HOST: rate limit actions producing descriptors the domain
-	// limits, and the attempt count.
+// TestIstioVirtualHostPatch: rate limit actions producing descriptors the
+// domain limits, and the attempt count.
+func TestIstioVirtualHostPatch(t *testing.T) {
+	is := loadIstio(t)
+	vhost, vs := gatewayVS(t, is)
 	vps := is.patches("VIRTUAL_HOST", "MERGE")
 	if len(vps) != 1 {
 		t.Fatalf("%d VIRTUAL_HOST patches", len(vps))
@@ -589,54 +710,199 @@ func TestIstioRoutes(t *testing.T) {
 		t.Errorf("VIRTUAL_HOST patch matches %+v, want vhost %s", rc, vhost)
 	}
 	var vpatch routev3.VirtualHost
-	if decodeProto(t, "VIRTUAL_HOST", vps[0].Patch.Value, &vpatch) {
-		vh := &routev3.VirtualHost{Name: vhost, Domains: []string{host, host + ":*"}}
-		proto.Merge(vh, &vpatch)
-		if err := vh.ValidateAll(); err != nil {
-			t.Error(err)
-		}
-		if !vh.GetIncludeRequestAttemptCount() {
-			t.Error("include_request_attempt_count is off: the upstream ext_proc counts attempts")
-		}
-		checkRateLimitActions(t, vh.GetRateLimits(), configMapPolicies(t), domainsOf(t, is))
+	if !decodeProto(t, "VIRTUAL_HOST", vps[0].Patch.Value, &vpatch) {
+		return
 	}
+	vh := &routev3.VirtualHost{Name: vhost, Domains: []string{vs.Hosts[0], vs.Hosts[0] + ":*"}}
+	proto.Merge(vh, &vpatch)
+	if err := vh.ValidateAll(); err != nil {
+		t.Error(err)
+	}
+	if !vh.GetIncludeRequestAttemptCount() {
+		t.Error("include_request_attempt_count is off: the upstream ext_proc counts attempts")
+	}
+	checkRateLimitActions(t, vh.GetRateLimits(), istioPolicies(t), domainsOf(t, is))
+}
 
-	// HTTP_ROUTE: the retry policy reads what the upstream role writes.
+// istioRoute is roughly the Envoy route Istio generates for a route of
+// the VirtualService, before the HTTP_ROUTE patch.
+func istioRoute(t *testing.T, r vsRoute) *routev3.Route {
+	t.Helper()
+	d := r.Route[0].Destination
+	a := &routev3.RouteAction{
+		ClusterSpecifier: &routev3.RouteAction_Cluster{Cluster: outboundCluster(d.Host, d.Port.Number)},
+		RetryPolicy:      &routev3.RetryPolicy{RetryOn: r.Retries.RetryOn, NumRetries: wrapperspb.UInt32(uint32(r.Retries.Attempts))},
+	}
+	if r.Rewrite != nil && r.Rewrite.Authority != "" {
+		a.HostRewriteSpecifier = &routev3.RouteAction_HostRewriteLiteral{HostRewriteLiteral: r.Rewrite.Authority}
+	}
+	if r.Timeout != "" {
+		d, err := time.ParseDuration(r.Timeout)
+		if err != nil {
+			t.Fatalf("route %s: timeout: %v", r.Name, err)
+		}
+		a.Timeout = durationpb.New(d)
+	}
+	return &routev3.Route{Name: r.Name, Match: &routev3.RouteMatch{PathSpecifier: &routev3.RouteMatch_Prefix{Prefix: "/"}},
+		Action: &routev3.Route_Route{Route: a}}
+}
+
+// patchedRoutes decodes the HTTP_ROUTE patch and merges it into each
+// route Istio generates from the VirtualService, as Istio's MERGE does
+// for these fields: a oneof member replaces the one set, scalars and
+// durations replace, lists append.
+func patchedRoutes(t *testing.T, is *istio) []*routev3.Route {
+	t.Helper()
+	vhost, vs := gatewayVS(t, is)
 	rps := is.patches("HTTP_ROUTE", "MERGE")
 	if len(rps) != 1 {
 		t.Fatalf("%d HTTP_ROUTE patches", len(rps))
 	}
-	if rc := rps[0].Match.RouteConfiguration; rc == nil || rc.Vhost.Name != vhost || rc.Vhost.Route == nil {
-		t.Errorf("HTTP_ROUTE patch matches %+v, want routes of vhost %s", rc, vhost)
+	if rc := rps[0].Match.RouteConfiguration; rc == nil || rc.Vhost.Name != vhost || rc.Vhost.Route == nil ||
+		rc.Vhost.Route.Action != "ROUTE" {
+		t.Errorf("HTTP_ROUTE patch matches %+v, want the ROUTE routes of vhost %s", rc, vhost)
 	}
 	var rpatch routev3.Route
-	if decodeProto(t, "HTTP_ROUTE", rps[0].Patch.Value, &rpatch) {
-		r := &routev3.Route{
-			Name:  "openai",
-			Match: &routev3.RouteMatch{PathSpecifier: &routev3.RouteMatch_Prefix{Prefix: "/"}},
-			Action: &routev3.Route_Route{Route: &routev3.RouteAction{
-				ClusterSpecifier: &routev3.RouteAction_Cluster{Cluster: "outbound|80||api.openai.com"},
-				RetryPolicy: &routev3.RetryPolicy{RetryOn: "retriable-headers,connect-failure,refused-stream,reset",
-					NumRetries: wrapperspb.UInt32(2)},
-			}},
+	if !decodeProto(t, "HTTP_ROUTE", rps[0].Patch.Value, &rpatch) {
+		t.FailNow()
+	}
+	var out []*routev3.Route
+	for _, vr := range vs.HTTP {
+		if len(vr.Route) != 1 || vr.Retries == nil {
+			t.Fatalf("route %s: %d destinations, retries %v", vr.Name, len(vr.Route), vr.Retries)
 		}
+		r := istioRoute(t, vr)
 		proto.Merge(r, &rpatch)
 		if err := r.ValidateAll(); err != nil {
-			t.Error(err)
+			t.Errorf("route %s: %v", r.GetName(), err)
 		}
-		validateTree(t, r.ProtoReflect(), "route")
-		rp := r.GetRoute().GetRetryPolicy()
-		ok := len(rp.GetRetriableHeaders()) == 1 && rp.GetRetriableHeaders()[0].GetName() == "x-resil-retry" &&
-			len(rp.GetRateLimitedRetryBackOff().GetResetHeaders()) == 1 &&
-			rp.GetRateLimitedRetryBackOff().GetResetHeaders()[0].GetName() == "x-resil-retry-after" &&
-			rp.GetRateLimitedRetryBackOff().GetResetHeaders()[0].GetFormat() == routev3.RetryPolicy_SECONDS
-		if !ok {
-			t.Errorf("retry policy %v does not read x-resil-retry and x-resil-retry-after", rp)
+		validateTree(t, r.ProtoReflect(), "route "+r.GetName())
+		out = append(out, r)
+	}
+	return out
+}
+
+// TestIstioRoutePatch: every route of the gateway picks each attempt's
+// cluster from x-resil-cluster, the Istio cluster of every target, and
+// re-selects it before each retry, with room for every attempt of the
+// longest chain across clusters and the retry policy the upstream role
+// drives.
+func TestIstioRoutePatch(t *testing.T) {
+	is := loadIstio(t)
+	snap := istioPolicies(t)
+	want := 0
+	for _, tg := range snap.Targets() {
+		want = max(want, attemptsAcross(snap, tg)-1)
+	}
+	for _, r := range patchedRoutes(t, is) {
+		a := r.GetRoute()
+		if a.GetCluster() != "" || a.GetInlineClusterSpecifierPlugin() == nil {
+			t.Errorf("route %s: cluster %q: the patch does not pick the cluster per attempt", r.GetName(), a.GetCluster())
+			continue
+		}
+		for _, tg := range snap.Targets() {
+			if got := clusterOf(t, r, map[string]string{"x-resil-cluster": tg.Cluster}); got != tg.Cluster {
+				t.Errorf("route %s: x-resil-cluster %s (target %s) selects %q", r.GetName(), tg.Cluster, tg.Name, got)
+			}
+		}
+		for key, c := range specifierMap(t, r) {
+			if key != c || len(snap.TargetsByCluster(c)) == 0 {
+				t.Errorf("route %s: x-resil-cluster %s selects %s, which serves no target", r.GetName(), key, c)
+			}
+		}
+		if !a.GetAutoHostRewrite().GetValue() || a.GetHostRewriteLiteral() != "" {
+			t.Errorf("route %s: Host rewrite %v: each attempt needs its cluster's host", r.GetName(), a.GetHostRewriteSpecifier())
+		}
+		rp := a.GetRetryPolicy()
+		if !rp.GetRefreshClusterOnRetry() {
+			t.Errorf("route %s: refresh_cluster_on_retry is off: a retry stays in the first attempt's cluster", r.GetName())
+		}
+		if got := int(rp.GetNumRetries().GetValue()); got < want {
+			t.Errorf("route %s allows %d retries, the longest chain across clusters %d", r.GetName(), got, want)
+		}
+		checkRetryHeaders(t, r.GetName(), rp)
+	}
+}
+
+// attemptsAcross is how many attempts the service may ask for on a
+// request for root when each retry may change cluster: 1 + num_retries
+// for each hop of root's chain.
+func attemptsAcross(snap *policy.Snapshot, root *policy.Target) int {
+	n := 0
+	for _, name := range resilience.Expand(root.Name, func(s string) []string { return snap.Target(s).Fallbacks }) {
+		n += 1 + routing.RetryPolicy(snap.Target(name)).Profile().MaxRetries
+	}
+	return n
+}
+
+func checkRetryHeaders(t *testing.T, route string, rp *routev3.RetryPolicy) {
+	t.Helper()
+	rl := rp.GetRateLimitedRetryBackOff()
+	ok := len(rp.GetRetriableHeaders()) == 1 && rp.GetRetriableHeaders()[0].GetName() == "x-resil-retry" &&
+		len(rl.GetResetHeaders()) == 1 && rl.GetResetHeaders()[0].GetName() == "x-resil-retry-after" &&
+		rl.GetResetHeaders()[0].GetFormat() == routev3.RetryPolicy_SECONDS
+	if !ok {
+		t.Errorf("route %s: retry policy %v does not read x-resil-retry and x-resil-retry-after", route, rp)
+	}
+	longest := max(resilience.Standard().MaxHintWait, resilience.Interactive().MaxHintWait)
+	if got := rl.GetMaxInterval().AsDuration(); got < longest {
+		t.Errorf("route %s: rate_limited_retry_back_off.max_interval %v: Envoy would ignore hints up to %v", route, got, longest)
+	}
+}
+
+// clusterMatcher is r's inline matcher cluster specifier.
+func clusterMatcher(t *testing.T, r *routev3.Route) *xdsmatcherv3.Matcher {
+	t.Helper()
+	var cs clustermatcherv3.MatcherClusterSpecifier
+	if err := r.GetRoute().GetInlineClusterSpecifierPlugin().GetExtension().GetTypedConfig().UnmarshalTo(&cs); err != nil {
+		t.Fatalf("route %s: cluster specifier: %v", r.GetName(), err)
+	}
+	return cs.GetClusterMatcher()
+}
+
+// clusterOf is the cluster r's specifier picks for a request with the
+// headers sent (a header input, an exact map, an optional on_no_match),
+// as Envoy evaluates it; "" for none.
+func clusterOf(t *testing.T, r *routev3.Route, sent map[string]string) string {
+	t.Helper()
+	m := clusterMatcher(t, r)
+	var in typematcherv3.HttpRequestHeaderMatchInput
+	if err := m.GetMatcherTree().GetInput().GetTypedConfig().UnmarshalTo(&in); err != nil {
+		t.Fatalf("route %s: cluster matcher input: %v", r.GetName(), err)
+	}
+	if v, ok := sent[in.GetHeaderName()]; ok {
+		if om := m.GetMatcherTree().GetExactMatchMap().GetMap()[v]; om != nil {
+			return clusterAction(t, om)
 		}
 	}
+	if om := m.GetOnNoMatch(); om != nil {
+		return clusterAction(t, om)
+	}
+	return ""
+}
 
-	// LISTENER: room for whole prompts.
-	lps := is.patches("LISTENER", "MERGE")
+// specifierMap is r's specifier as a map from header value to cluster.
+func specifierMap(t *testing.T, r *routev3.Route) map[string]string {
+	t.Helper()
+	out := map[string]string{}
+	for k, om := range clusterMatcher(t, r).GetMatcherTree().GetExactMatchMap().GetMap() {
+		out[k] = clusterAction(t, om)
+	}
+	return out
+}
+
+func clusterAction(t *testing.T, om *xdsmatcherv3.Matcher_OnMatch) string {
+	t.Helper()
+	var a clustermatcherv3.ClusterAction
+	if err := om.GetAction().GetTypedConfig().UnmarshalTo(&a); err != nil {
+		t.Fatalf("cluster action: %v", err)
+	}
+	return a.GetCluster()
+}
+
+// TestIstioListenerPatch: room for whole prompts.
+func TestIstioListenerPatch(t *testing.T) {
+	lps := loadIstio(t).patches("LISTENER", "MERGE")
 	if len(lps) != 1 {
 		t.Fatalf("%d LISTENER patches", len(lps))
 	}
