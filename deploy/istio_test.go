@@ -177,6 +177,18 @@ func istioPolicies(t *testing.T) *policy.Snapshot {
 	return compileClean(t, "ConfigMap ratelimit-config under Istio", files)
 }
 
+// upstreamClusters names the clusters the CLUSTER MERGE patches (the
+// upstream ext_proc) apply to, as Istio names them.
+func upstreamClusters(is *istio) map[string]bool {
+	out := map[string]bool{}
+	for _, p := range is.patches("CLUSTER", "MERGE") {
+		if m := p.Match.Cluster; m != nil {
+			out[outboundCluster(m.Service, m.PortNumber)] = true
+		}
+	}
+	return out
+}
+
 // TestIstioTargets: the targets under Istio are config/'s, each naming
 // the cluster Istio generates for its provider (outbound|port||api_host),
 // a ServiceEntry port whose cluster runs the upstream ext_proc, so the
@@ -188,12 +200,7 @@ func TestIstioTargets(t *testing.T) {
 	if g, w := targetNames(got), targetNames(want); !slices.Equal(g, w) {
 		t.Fatalf("targets under Istio %v, config/ has %v", g, w)
 	}
-	patched := map[string]bool{}
-	for _, p := range is.patches("CLUSTER", "MERGE") {
-		if m := p.Match.Cluster; m != nil {
-			patched[outboundCluster(m.Service, m.PortNumber)] = true
-		}
-	}
+	patched := upstreamClusters(is)
 	for _, w := range want.Targets() {
 		g := *got.Target(w.Name)
 		if want := outboundCluster(g.APIHost, 80); g.Cluster != want || !patched[g.Cluster] {
@@ -821,6 +828,43 @@ func TestIstioRoutePatch(t *testing.T) {
 			t.Errorf("route %s allows %d retries, the longest chain across clusters %d", r.GetName(), got, want)
 		}
 		checkRetryHeaders(t, r.GetName(), rp)
+	}
+}
+
+// TestIstioFallbackAcrossClusters follows the upstream role's plan for
+// the next attempt (routing.NextCluster, every hop eligible) for each hop
+// of each target's chain, its retries spent: the plan names the Istio
+// cluster of a hop of the chain, which runs the upstream ext_proc, and
+// the gateway's routes send the attempt there. gpt-4o-mini, past its
+// retries, leaves the openai cluster for Anthropic's.
+func TestIstioFallbackAcrossClusters(t *testing.T) {
+	is := loadIstio(t)
+	snap := istioPolicies(t)
+	rs := patchedRoutes(t, is)
+	patched := upstreamClusters(is)
+	router := routing.New(routing.Deps{})
+	plans := map[string]string{} // "root/hop" → the next attempt's cluster
+	for _, root := range snap.Targets() {
+		chain := resilience.Expand(root.Name, func(s string) []string { return snap.Target(s).Fallbacks })
+		for _, name := range chain {
+			hop := snap.Target(name)
+			plan := router.NextCluster(snap, root, hop, routing.RetryPolicy(hop).Profile().MaxRetries)
+			plans[root.Name+"/"+hop.Name] = plan
+			if !patched[plan] || !slices.ContainsFunc(snap.TargetsByCluster(plan), func(tg *policy.Target) bool {
+				return slices.Contains(chain, tg.Name)
+			}) {
+				t.Errorf("request for %s, %s past its retries: next attempt planned for %q, no cluster of the chain with the upstream ext_proc",
+					root.Name, hop.Name, plan)
+			}
+			for _, r := range rs {
+				if got := clusterOf(t, r, map[string]string{"x-resil-cluster": plan}); got != plan {
+					t.Errorf("route %s sends the attempt planned for %s to %q", r.GetName(), plan, got)
+				}
+			}
+		}
+	}
+	if got, want := plans["gpt-4o-mini/gpt-4o-mini"], snap.Target("claude-sonnet").Cluster; got != want {
+		t.Errorf("gpt-4o-mini past its retries: next attempt planned for %q, want claude-sonnet's %s", got, want)
 	}
 }
 
