@@ -1,6 +1,7 @@
 package deploy_test
 
 import (
+	"encoding/json"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -535,4 +536,21 @@ func TestK8sConfigMapPolicies(t *testing.T) {
 	if g, w := targetNames(got), targetNames(want); !slices.Equal(g, w) {
 		t.Errorf("ConfigMap targets %v, config/ has %v", g, w)
 	}
+	for _, w := range want.Targets() {
+		if g := got.Target(w.Name); g != nil && targetFacts(g) != targetFacts(w) {
+			t.Errorf("ConfigMap target %s:\n%s\nconfig/ has:\n%s", w.Name, targetFacts(g), targetFacts(w))
+		}
+	}
+}
+
+// targetFacts is everything a compiled target says but the file it came
+// from, as text to compare.
+func targetFacts(tg *policy.Target) string {
+	c := *tg
+	c.File = ""
+	b, err := json.Marshal(c)
+	if err != nil {
+		return err.Error()
+	}
+	return fmt.Sprintf("%s rate %+v tokens %+v", b, c.RateLimit, c.TokenLimit)
 }
