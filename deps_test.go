@@ -30,6 +30,9 @@ var forbidden = map[string][]struct{ prefix, why string }{
 		{"google.golang.org/grpc", "resilience knows no gRPC"},
 		{"github.com/redis/", "resilience knows no Redis"},
 	},
+	"pkg/resilience/retryhint": {
+		{module + "/", "retryhint is a leaf"},
+	},
 	"pkg/policy": {
 		{module + "/pkg/envoyapi", "policy knows no Envoy"},
 		{module + "/pkg/resilience", "policy uses only limiter value types"},
@@ -69,6 +72,24 @@ func TestDependencyRule(t *testing.T) {
 				if strings.HasPrefix(dep, r.prefix) {
 					t.Errorf("%s depends on %s: %s", pkg, dep, r.why)
 				}
+			}
+		}
+	}
+}
+
+// stdlibOnly lists the packages that import nothing but the standard
+// library, directly or not.
+var stdlibOnly = []string{"pkg/resilience/retryhint"}
+
+func TestStandardLibraryOnly(t *testing.T) {
+	for _, pkg := range stdlibOnly {
+		out, err := exec.Command("go", "list", "-deps", "-f", `{{if not .Standard}}{{.ImportPath}}{{end}}`, "./"+pkg).CombinedOutput()
+		if err != nil {
+			t.Fatalf("go list %s: %v\n%s", pkg, err, out)
+		}
+		for _, dep := range strings.Fields(string(out)) {
+			if dep != module+"/"+pkg {
+				t.Errorf("%s depends on %s: it imports the standard library only", pkg, dep)
 			}
 		}
 	}

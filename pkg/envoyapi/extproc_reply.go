@@ -9,7 +9,7 @@ import (
 
 	"github.com/ratelimit-svc/ratelimit-svc/pkg/limiter"
 	"github.com/ratelimit-svc/ratelimit-svc/pkg/policy"
-	"github.com/ratelimit-svc/ratelimit-svc/pkg/resilience"
+	"github.com/ratelimit-svc/ratelimit-svc/pkg/resilience/retryhint"
 	"github.com/ratelimit-svc/ratelimit-svc/pkg/routing"
 )
 
@@ -19,7 +19,7 @@ import (
 // x-ratelimit-* headers. It returns the refusal's metric outcome too.
 func refuse(root *policy.Target, c *routing.Choice) (*extprocv3.ProcessingResponse, string) {
 	r := c.Refusal(root)
-	retryAfter := resilience.HeaderSeconds(r.Wait)
+	retryAfter := retryAfterValue(r.Wait)
 	var m mutation
 	m.put(hdrContentType, "application/json")
 	m.put(hdrRetryAfterStd, retryAfter)
@@ -68,8 +68,8 @@ func (x *ExtProc) clientHeaders(hs headerMap, limited bool, rate limiter.Result,
 		exposed = putRateLimit(&m, exposed, rate)
 	}
 	if st := hs.status(); st >= 400 || st == 0 {
-		if hint, ok := resilience.ParseRetryHint(hs, nil, x.route.Now()); ok {
-			m.put(hdrRetryAfterStd, resilience.HeaderSeconds(hint))
+		if hint, ok := retryhint.Parse(hs, retryhint.Body{}, x.route.Now()); ok {
+			m.put(hdrRetryAfterStd, retryAfterValue(hint))
 			exposed = append(exposed, hdrRetryAfterStd)
 		}
 	}

@@ -268,7 +268,7 @@ func (u *upstream) record(v resilience.Verdict, next routing.Next) {
 // body's verdict replaces the headers').
 func retryHeaders(m *mutation, v resilience.Verdict, next routing.Next, again bool) {
 	if v.Failed() && v.HasHint && next.Alternative == nil {
-		m.put(hdrRetryAfter, resilience.HeaderSeconds(v.Hint))
+		m.put(hdrRetryAfter, retryAfterValue(v.Hint))
 	} else if again {
 		m.del(hdrRetryAfter)
 	}

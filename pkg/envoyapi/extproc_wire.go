@@ -1,6 +1,7 @@
 package envoyapi
 
 import (
+	"slices"
 	"strconv"
 	"strings"
 
@@ -42,7 +43,7 @@ func (h headerMap) get(name string) (string, bool) {
 }
 
 // Values returns every value of name, so a headerMap is a
-// resilience.Headers.
+// retryhint.Headers.
 func (h headerMap) Values(name string) []string {
 	var out []string
 	for _, hv := range h {
@@ -77,20 +78,11 @@ func (h headerMap) internal() []string {
 	var out []string
 	for _, hv := range h {
 		k := strings.ToLower(hv.GetKey())
-		if strings.HasPrefix(k, internalPrefix) && !contains(out, k) {
+		if strings.HasPrefix(k, internalPrefix) && !slices.Contains(out, k) {
 			out = append(out, k)
 		}
 	}
 	return out
-}
-
-func contains(list []string, s string) bool {
-	for _, v := range list {
-		if v == s {
-			return true
-		}
-	}
-	return false
 }
 
 // mutation builds a HeaderMutation by Envoy's rules: values in raw_value

@@ -53,3 +53,9 @@ func wholeSeconds(d time.Duration) int64 {
 
 // secondsValue is wholeSeconds as a header value.
 func secondsValue(d time.Duration) string { return strconv.FormatInt(wholeSeconds(d), 10) }
+
+// retryAfterValue is d as the delay-seconds of retry-after and
+// x-resil-retry-after: whole seconds rounded up, at least 1. Envoy's
+// reset-header parser takes integers only, and a hint of less than a
+// second still asks the client to wait.
+func retryAfterValue(d time.Duration) string { return strconv.FormatInt(max(wholeSeconds(d), 1), 10) }

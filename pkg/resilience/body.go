@@ -3,6 +3,7 @@ package resilience
 import (
 	"bytes"
 	"encoding/json"
+	"slices"
 	"strconv"
 	"strings"
 )
@@ -17,7 +18,7 @@ type bodyInfo struct {
 	codes       []string // lower-cased type, code, status, error_type, reason…
 	message     string
 	status      int      // a numeric error code that is an HTTP error status
-	retryDelays []string // google.rpc.RetryInfo.retryDelay values
+	retryDelays []string // google.rpc.RetryInfo.retryDelay values, for retryhint
 	quotaIDs    []string // google.rpc.QuotaFailure violation quota ids
 	text        string   // the scanned text: the message, else the raw body
 	errorObj    bool     // the JSON says it is an error
@@ -171,21 +172,17 @@ func (b *bodyInfo) readDetail(m map[string]any) {
 func scalar(v any) (s string, isNum bool) {
 	switch x := v.(type) {
 	case string:
-		return x, allDigits(x)
+		return x, isDigits(x)
 	case json.Number:
-		return x.String(), allDigits(x.String())
+		return x.String(), isDigits(x.String())
 	}
 	return "", false
 }
 
+// isDigits reports whether s is a non-empty run of ASCII digits.
+func isDigits(s string) bool { return s != "" && strings.Trim(s, "0123456789") == "" }
+
 // hasCode reports whether any collected code equals one of want.
 func (b *bodyInfo) hasCode(want []string) bool {
-	for _, c := range b.codes {
-		for _, w := range want {
-			if c == w {
-				return true
-			}
-		}
-	}
-	return false
+	return slices.ContainsFunc(b.codes, func(c string) bool { return slices.Contains(want, c) })
 }

@@ -59,15 +59,16 @@ func (t Tier) String() string {
 	return "tier(" + strconv.Itoa(int(t)) + ")"
 }
 
-// BreakerConfig holds the breaker numbers. A zero field means its default.
-type BreakerConfig struct {
+// breakerConfig holds the breaker numbers of resilience.md. A zero field
+// means its default.
+type breakerConfig struct {
 	Failures     int           // counted failures that open a breaker; default 5
 	Window       time.Duration // the failures must fall within it; default 60 s
 	OpenFor      time.Duration // open period, and the age after which an unreported probe is replaced; default 30 s
 	ProviderSpan int           // distinct failing targets a provider breaker needs to open; default 2
 }
 
-func (c BreakerConfig) withDefaults() BreakerConfig {
+func (c breakerConfig) withDefaults() breakerConfig {
 	if c.Failures <= 0 {
 		c.Failures = 5
 	}
@@ -105,7 +106,7 @@ var (
 type breaker struct {
 	tier Tier
 	name string
-	cfg  BreakerConfig
+	cfg  breakerConfig
 
 	mu         sync.Mutex
 	cb         *gobreaker.TwoStepCircuitBreaker[struct{}]
@@ -118,7 +119,7 @@ type breaker struct {
 	events     []BreakerEvent       // state changes not yet delivered
 }
 
-func newBreaker(tier Tier, name string, cfg BreakerConfig) *breaker {
+func newBreaker(tier Tier, name string, cfg breakerConfig) *breaker {
 	b := &breaker{tier: tier, name: name, cfg: cfg}
 	const buckets = 60
 	b.cb = gobreaker.NewTwoStepCircuitBreaker[struct{}](gobreaker.Settings{

@@ -1,6 +1,7 @@
 package resilience
 
 import (
+	"net/http"
 	"sync"
 	"testing"
 	"testing/synctest"
@@ -13,7 +14,7 @@ var (
 	claude   = Target{Name: "claude", Provider: "anthropic"}
 )
 
-func verdictFor(status int, h HeaderList) Verdict {
+func verdictFor(status int, h http.Header) Verdict {
 	return Classify(Input{Status: status, Header: h, Now: time.Now()})
 }
 
@@ -224,7 +225,7 @@ func TestStateChangeEvents(t *testing.T) {
 }
 
 func TestRegistryConcurrentUse(t *testing.T) {
-	r := NewRegistry(WithBreakerConfig(BreakerConfig{Failures: 3}))
+	r := NewRegistry()
 	targets := []Target{gpt4o, gpt4mini, claude}
 	var wg sync.WaitGroup
 	for g := range 8 {

@@ -8,12 +8,12 @@ import (
 	"time"
 )
 
-// MaxFallbacks is the most fallbacks of one target a chain takes.
-const MaxFallbacks = 5
+// maxFallbacks is the most fallbacks of one target a chain takes.
+const maxFallbacks = 5
 
 // Expand lists the fallback chain of root, depth first: root, then its
 // first fallback and that fallback's own chain, then the next fallback,
-// and so on. Only the first MaxFallbacks fallbacks of each target count,
+// and so on. Only the first maxFallbacks fallbacks of each target count,
 // and a target already listed is skipped, which also breaks cycles.
 // fallbacks returns a target's configured fallbacks; it may return nil.
 func Expand(root string, fallbacks func(target string) []string) []string {
@@ -32,8 +32,8 @@ func Expand(root string, fallbacks func(target string) []string) []string {
 		if fallbacks != nil {
 			next = fallbacks(t)
 		}
-		if len(next) > MaxFallbacks {
-			next = next[:MaxFallbacks]
+		if len(next) > maxFallbacks {
+			next = next[:maxFallbacks]
 		}
 		for i := len(next) - 1; i >= 0; i-- {
 			if !seen[next[i]] {

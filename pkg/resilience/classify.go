@@ -4,10 +4,13 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/ratelimit-svc/ratelimit-svc/pkg/resilience/retryhint"
 )
 
 // MaxSkip is the longest a target is skipped after one response: the
-// skip for quota exhaustion, and the cap on a skip taken from a hint.
+// skip for quota exhaustion, and the cap on a skip taken from a hint
+// (a hint itself may be as long as [retryhint.Max]).
 const MaxSkip = time.Hour
 
 // ConcurrencyWait is the wait before retrying a target that refused a
@@ -65,12 +68,12 @@ func (k TransportKind) String() string {
 
 // Input is one upstream attempt's outcome, as far as it is known.
 type Input struct {
-	Status    int           // HTTP status; 0 when no response arrived
-	Transport TransportKind // why there is no response, if there is none
-	Header    Headers       // response headers (and trailers); may be nil
-	Body      []byte        // the error body (JSON or an SSE error event), if buffered
-	Committed bool          // response bytes were already forwarded downstream
-	Now       time.Time     // when the response arrived; turns dates into waits
+	Status    int               // HTTP status; 0 when no response arrived
+	Transport TransportKind     // why there is no response, if there is none
+	Header    retryhint.Headers // response headers (and trailers); may be nil
+	Body      []byte            // the error body (JSON or an SSE error event), if buffered
+	Committed bool              // response bytes were already forwarded downstream
+	Now       time.Time         // when the response arrived; turns dates into waits
 }
 
 // Verdict is what an attempt's outcome means for the request, the target
@@ -160,7 +163,7 @@ func responseEffect(in Input, b *bodyInfo) effect {
 
 // applyServerSays applies x-should-retry and gRPC pushback, which override
 // the class's retry decision.
-func applyServerSays(v *Verdict, h Headers) {
+func applyServerSays(v *Verdict, h retryhint.Headers) {
 	if s, ok := first(h, "x-should-retry"); ok {
 		switch strings.ToLower(s) {
 		case "true":
@@ -169,15 +172,15 @@ func applyServerSays(v *Verdict, h Headers) {
 			v.Retry = false
 		}
 	}
-	if pushbackForbids(h) {
+	if retryhint.Forbids(h) {
 		v.Retry = false
 	}
 }
 
 // applyHint records the upstream's hint and the skip it implies. A rate
 // failure with a hint skips its target instead of counting against it.
-func applyHint(v *Verdict, eff effect, h Headers, b *bodyInfo, now time.Time) {
-	if d, ok := hintFrom(h, b, now); ok {
+func applyHint(v *Verdict, eff effect, h retryhint.Headers, b *bodyInfo, now time.Time) {
+	if d, ok := retryhint.Parse(h, retryhint.Body{RetryDelays: b.retryDelays, Text: b.text}, now); ok {
 		v.Hint, v.HasHint = d, true
 		if eff.class == ClassRate {
 			v.CountTarget = false
@@ -192,7 +195,7 @@ func applyHint(v *Verdict, eff effect, h Headers, b *bodyInfo, now time.Time) {
 
 // headerConcurrency reports current-concurrent-requests ≥
 // maximum-concurrent-requests (with or without an x- prefix).
-func headerConcurrency(h Headers) bool {
+func headerConcurrency(h retryhint.Headers) bool {
 	for _, prefix := range []string{"", "x-"} {
 		cur, ok1 := first(h, prefix+"current-concurrent-requests")
 		limit, ok2 := first(h, prefix+"maximum-concurrent-requests")
@@ -206,4 +209,16 @@ func headerConcurrency(h Headers) bool {
 		}
 	}
 	return false
+}
+
+// first returns the first value of the header field name, trimmed of
+// optional white space, and whether the field was present.
+func first(h retryhint.Headers, name string) (string, bool) {
+	if h == nil {
+		return "", false
+	}
+	if vs := h.Values(name); len(vs) > 0 {
+		return strings.TrimSpace(vs[0]), true
+	}
+	return "", false
 }

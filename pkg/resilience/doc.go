@@ -3,20 +3,18 @@
 // over to the next hop of a fallback chain, and what the failure means for
 // the target's and the provider's circuit breakers.
 //
-// The model has five parts, each usable alone:
+// The model has four parts, each usable alone:
 //
 //   - Classify turns an attempt's outcome (status, transport error kind,
 //     headers, JSON error body, whether bytes were already forwarded) into
 //     a Verdict: retry or not, fail over or not, which breakers count it,
-//     the upstream's retry hint, how long to skip the target, and a Class
-//     name for metrics. Provider patterns are data in tables, not code.
-//   - ParseRetryHint reads every retry-hint form providers send and never
-//     undershoots; HeaderSeconds renders a wait as the integer seconds
-//     Envoy parses.
+//     the upstream's retry hint (read by package retryhint), how long to
+//     skip the target, and a Class name for metrics. Provider patterns
+//     are data in tables, not code.
 //   - A Policy, built from a Profile (Standard or Interactive) and a random
-//     source, is a pure function from attempt, verdict and deadline to a
-//     Step (retry after a delay, fail over, fail, abort). Retry runs an
-//     operation under a Policy and owns the timer and the context.
+//     source, is a pure function from verdict and Attempt (retries made,
+//     the time, the deadline) to a Step: retry after a delay, fail over,
+//     fail, abort. The caller owns the timer and the context.
 //   - A Registry keeps two tiers of circuit breakers (per target, and per
 //     provider and API host) on sony/gobreaker, plus per-target skips from
 //     retry hints and quotas.
@@ -25,13 +23,12 @@
 //
 // Time and randomness come in as arguments: Classify and Policy.Plan take
 // the current time, NewPolicy takes the random source (nil disables
-// jitter), and no package-level random source exists. Retry and Registry
-// read the clock with time.Now, as gobreaker does; tests run them under
+// jitter), and no package-level random source exists. Registry reads the
+// clock with time.Now, as gobreaker does; tests run it under
 // testing/synctest.
 //
 // Zero values: a zero Verdict is a success; a zero Input with a zero Now
-// classifies as a transport failure; a zero BreakerConfig field means its
-// default; Registry and Policy need their constructors. Classify,
-// ParseRetryHint, Expand and Walk are safe for concurrent use; a Policy is
-// when its random source is; a Registry always is.
+// classifies as a transport failure; Registry and Policy need their
+// constructors. Classify, Expand and Walk are safe for concurrent use; a
+// Policy is when its random source is; a Registry always is.
 package resilience

@@ -57,20 +57,13 @@ type Step struct {
 // otherwise. It never sleeps less than a hint: a hint it cannot honour
 // becomes a skip of the target.
 func (p *Policy) Plan(v Verdict, a Attempt) Step {
-	s, _ := p.plan(v, a)
-	return s
-}
-
-// plan is Plan that also reports whether the deadline alone prevented a
-// retry.
-func (p *Policy) plan(v Verdict, a Attempt) (s Step, deadlineStop bool) {
 	switch {
 	case !v.Failed():
-		return Step{}, false
+		return Step{}
 	case v.Committed:
-		return Step{Action: ActionAbort, SkipFor: v.SkipFor}, false
+		return Step{Action: ActionAbort, SkipFor: v.SkipFor}
 	case v.CallerError:
-		return Step{Action: ActionFail, SkipFor: v.SkipFor}, false
+		return Step{Action: ActionFail, SkipFor: v.SkipFor}
 	}
 	skip := v.SkipFor
 	longSkip := max(skip, min(v.Hint, MaxSkip))
@@ -79,18 +72,17 @@ func (p *Policy) plan(v Verdict, a Attempt) (s Step, deadlineStop bool) {
 	}
 	preferOther := p.profile.PreferFailover && a.HasAlternative && v.Failover
 	if v.Retry && !preferOther {
-		if d, ok := p.Delay(a.Retries, v.Hint, v.HasHint); ok {
+		if d, ok := p.delay(a.Retries, v.Hint, v.HasHint); ok {
 			if a.Deadline.IsZero() || !a.Now.Add(d).After(a.Deadline) {
-				return Step{Action: ActionRetry, Delay: d, SkipFor: skip}, false
+				return Step{Action: ActionRetry, Delay: d, SkipFor: skip}
 			}
-			deadlineStop = true
 			if v.HasHint {
 				skip = longSkip
 			}
 		}
 	}
 	if v.Failover {
-		return Step{Action: ActionFailover, SkipFor: skip}, deadlineStop
+		return Step{Action: ActionFailover, SkipFor: skip}
 	}
-	return Step{Action: ActionFail, SkipFor: skip}, deadlineStop
+	return Step{Action: ActionFail, SkipFor: skip}
 }

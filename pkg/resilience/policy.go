@@ -1,7 +1,6 @@
 package resilience
 
 import (
-	"errors"
 	"fmt"
 	"time"
 )
@@ -51,8 +50,8 @@ func Interactive() Profile {
 		Jitter: JitterFull, MaxHintWait: 8 * time.Second, MaxRetries: 1, PreferFailover: true}
 }
 
-// Validate reports the first field that is out of range.
-func (p Profile) Validate() error {
+// validate reports the first field that is out of range.
+func (p Profile) validate() error {
 	switch {
 	case p.Base <= 0:
 		return fmt.Errorf("profile %q: base %v must be positive", p.Name, p.Base)
@@ -68,9 +67,6 @@ func (p Profile) Validate() error {
 	return nil
 }
 
-// ErrInvalidProfile wraps every profile validation error from NewPolicy.
-var ErrInvalidProfile = errors.New("invalid retry profile")
-
 // Policy turns a profile into delays and decisions. It is a pure
 // function of its arguments and its random source; it holds no state and
 // is safe for concurrent use when the source is.
@@ -79,12 +75,13 @@ type Policy struct {
 	rand    func() float64
 }
 
-// NewPolicy returns a policy for p. rand returns values in [0, 1) and
-// drives the jitter; a nil rand disables jitter (delays are then the
-// upper bound of the backoff and the exact hint), which suits tests.
+// NewPolicy returns a policy for p, or an error naming the first field
+// of p that is out of range. rand returns values in [0, 1) and drives the
+// jitter; a nil rand disables jitter (delays are then the upper bound of
+// the backoff and the exact hint), which suits tests.
 func NewPolicy(p Profile, rand func() float64) (*Policy, error) {
-	if err := p.Validate(); err != nil {
-		return nil, fmt.Errorf("%w: %w", ErrInvalidProfile, err)
+	if err := p.validate(); err != nil {
+		return nil, fmt.Errorf("retry policy: %w", err)
 	}
 	return &Policy{profile: p, rand: rand}, nil
 }
@@ -123,12 +120,12 @@ func (p *Policy) Backoff(retries int) time.Duration {
 	return max(time.Duration(float64(d)*(1-spread*p.random())), 1)
 }
 
-// Delay is the wait before the next same-target attempt, given the retries
+// delay is the wait before the next same-target attempt, given the retries
 // already made and the upstream's hint. A positive hint replaces the
 // backoff, with up to 10 % upward jitter; a zero hint means the backoff.
 // ok is false when the policy stops: the retry budget is spent, or the
 // hint is longer than MaxHintWait (a long hint is never shortened).
-func (p *Policy) Delay(retries int, hint time.Duration, hasHint bool) (d time.Duration, ok bool) {
+func (p *Policy) delay(retries int, hint time.Duration, hasHint bool) (d time.Duration, ok bool) {
 	if retries >= p.profile.MaxRetries {
 		return 0, false
 	}

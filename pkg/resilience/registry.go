@@ -33,11 +33,6 @@ type Admission struct {
 // RegistryOption configures a Registry.
 type RegistryOption func(*Registry)
 
-// WithBreakerConfig sets the breaker numbers; zero fields keep defaults.
-func WithBreakerConfig(c BreakerConfig) RegistryOption {
-	return func(r *Registry) { r.cfg = c.withDefaults() }
-}
-
 // WithStateChange calls fn on every breaker state change, after the
 // breaker's lock is released, so fn may call the Registry. Calls for
 // different breakers may run concurrently.
@@ -46,13 +41,12 @@ func WithStateChange(fn func(BreakerEvent)) RegistryOption {
 }
 
 // Registry keeps the two breaker tiers of every target and provider, and
-// the targets' skips. Breakers are created on first use. Per target: the
-// configured number of counted failures (default 5) within the window
-// (60 s) opens the breaker for the open period (30 s); then one probe at a
-// time is let through, and a probe whose outcome is never reported is
-// replaced after another open period. Per provider (provider + API host):
-// the same numbers, but it opens only when at least ProviderSpan (2)
-// distinct targets have counted failures in the window. A verdict's
+// the targets' skips. Breakers are created on first use. Per target: 5
+// counted failures within 60 s open the breaker for 30 s; then one probe
+// at a time is let through, and a probe whose outcome is never reported
+// is replaced after another open period. Per provider (provider + API
+// host): the same numbers, but it opens only when at least 2 distinct
+// targets have counted failures in the window. A verdict's
 // SkipFor skips its target for exactly that long. Cancellations, the
 // caller's errors and throttling with a hint are not counted.
 //
@@ -60,7 +54,7 @@ func WithStateChange(fn func(BreakerEvent)) RegistryOption {
 // for concurrent use. It reads the clock with time.Now (gobreaker does
 // too), so tests run it under testing/synctest.
 type Registry struct {
-	cfg      BreakerConfig
+	cfg      breakerConfig
 	onChange func(BreakerEvent)
 
 	mu        sync.Mutex
@@ -71,7 +65,7 @@ type Registry struct {
 // NewRegistry returns an empty registry.
 func NewRegistry(opts ...RegistryOption) *Registry {
 	r := &Registry{
-		cfg:       BreakerConfig{}.withDefaults(),
+		cfg:       breakerConfig{}.withDefaults(),
 		targets:   map[string]*breaker{},
 		providers: map[string]*breaker{},
 	}

@@ -1,4 +1,4 @@
-package resilience
+package retryhint
 
 import (
 	"errors"
@@ -38,7 +38,7 @@ func parseRateLimitField(vals []string) (time.Duration, bool) {
 			return 0, false
 		}
 		if hasR && hasT && r.n == 0 {
-			acc.add(min(time.Duration(min(t.n, int64(MaxRetryHint/time.Second)))*time.Second, MaxRetryHint), true)
+			acc.add(min(time.Duration(min(t.n, int64(Max/time.Second)))*time.Second, Max), true)
 		}
 	}
 	return acc.d, acc.ok

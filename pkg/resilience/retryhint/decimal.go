@@ -1,15 +1,16 @@
-package resilience
+package retryhint
 
 import (
 	"math/bits"
+	"strings"
 	"time"
 )
 
-// MaxRetryHint is the longest retry hint this package reports. A hint that
-// is longer, or whose number overflows, is reported as MaxRetryHint: "too
-// long". Every profile's longest honoured wait and the longest target skip
-// ([MaxSkip]) are far below it, so the cap never shortens a wait.
-const MaxRetryHint = 24 * time.Hour
+// Max is the longest hint Parse reports. A hint that is longer, or whose
+// number overflows, is reported as Max: "too long". Callers that wait or
+// skip cap far below it (resilience skips a target for at most an hour),
+// so the cap never shortens a wait.
+const Max = 24 * time.Hour
 
 // pow10 holds 10^0 … 10^19.
 var pow10 = func() [20]uint64 {
@@ -23,24 +24,24 @@ var pow10 = func() [20]uint64 {
 
 // parseDecimal reads "digits[.digits]" (no sign, no exponent, no spaces)
 // as a number of units. The result is exact and rounded up to the next
-// nanosecond, so it never undershoots. Values above MaxRetryHint saturate
-// to MaxRetryHint. ok is false when s is not such a number.
+// nanosecond, so it never undershoots. Values above Max saturate
+// to Max. ok is false when s is not such a number.
 func parseDecimal(s string, unit time.Duration) (d time.Duration, ok bool) {
-	intPart, frac, hasDot := cut(s, '.')
+	intPart, frac, hasDot := strings.Cut(s, ".")
 	if !allDigits(intPart) || (hasDot && !allDigits(frac)) {
 		return 0, false
 	}
-	limit := uint64(MaxRetryHint / unit)
+	limit := uint64(Max / unit)
 	var n uint64
 	for i := 0; i < len(intPart); i++ {
 		n = n*10 + uint64(intPart[i]-'0')
 		if n > limit {
-			return MaxRetryHint, true
+			return Max, true
 		}
 	}
 	total := time.Duration(n) * unit
 	total += fracDuration(frac, unit)
-	return min(total, MaxRetryHint), true
+	return min(total, Max), true
 }
 
 // fracDuration converts the digits after a decimal point into a duration
@@ -82,16 +83,6 @@ func allDigits(s string) bool {
 	return true
 }
 
-// cut splits s around the first sep.
-func cut(s string, sep byte) (before, after string, found bool) {
-	for i := 0; i < len(s); i++ {
-		if s[i] == sep {
-			return s[:i], s[i+1:], true
-		}
-	}
-	return s, "", false
-}
-
 // parseSignedDecimal is parseDecimal that also accepts a leading '-': a
 // negative number is a wait of zero.
 func parseSignedDecimal(s string, unit time.Duration) (time.Duration, bool) {
@@ -105,13 +96,13 @@ func parseSignedDecimal(s string, unit time.Duration) (time.Duration, bool) {
 }
 
 // untilTime is the wait from now until t: zero for the past, at most
-// MaxRetryHint.
+// Max.
 func untilTime(t, now time.Time) time.Duration {
 	d := t.Sub(now)
 	if d < 0 {
 		return 0
 	}
-	return min(d, MaxRetryHint)
+	return min(d, Max)
 }
 
 // goDurationUnits are the units time.ParseDuration knows.
@@ -125,7 +116,7 @@ var goDurationUnits = []struct {
 }
 
 // parseGoDuration reads a Go duration string such as "6m0s", "20ms" or
-// "2m59.56s", exactly and saturating at MaxRetryHint. A bare number is
+// "2m59.56s", exactly and saturating at Max. A bare number is
 // seconds; a leading '-' makes the wait zero.
 func parseGoDuration(s string) (time.Duration, bool) {
 	neg := false
@@ -157,7 +148,7 @@ func parseGoDuration(s string) (time.Duration, bool) {
 		if !ok {
 			return 0, false
 		}
-		total = min(total+d, MaxRetryHint)
+		total = min(total+d, Max)
 		s = rest[j:]
 	}
 	return zeroIf(neg, total), true

@@ -1,4 +1,4 @@
-package resilience
+package retryhint
 
 import (
 	"math"
@@ -80,7 +80,7 @@ func parseResetValue(v string, now time.Time) (time.Duration, bool) {
 	if len(v) > 0 && v[0] == '-' {
 		return parseSignedDecimal(v, time.Second)
 	}
-	intPart, frac, hasDot := cut(v, '.')
+	intPart, frac, hasDot := strings.Cut(v, ".")
 	if !allDigits(intPart) {
 		return parseDateWait(v, now)
 	}
@@ -89,7 +89,7 @@ func parseResetValue(v string, now time.Time) (time.Duration, bool) {
 	}
 	intPart = strings.TrimLeft(intPart, "0")
 	if len(intPart) > 18 {
-		return MaxRetryHint, true // beyond any epoch time.Time represents
+		return Max, true // beyond any epoch time.Time represents
 	}
 	var x uint64
 	for i := 0; i < len(intPart); i++ {
@@ -105,10 +105,10 @@ func parseResetValue(v string, now time.Time) (time.Duration, bool) {
 }
 
 // epochWait is the wait until x units (plus a fraction) after the Unix
-// epoch, rounded up, zero for the past, at most MaxRetryHint.
+// epoch, rounded up, zero for the past, at most Max.
 func epochWait(x uint64, frac string, unit time.Duration, now time.Time) time.Duration {
 	if x > uint64(math.MaxInt64/unit)-1 {
-		return MaxRetryHint
+		return Max
 	}
 	at := time.Duration(x)*unit + fracDuration(frac, unit)
 	return untilTime(time.Unix(0, 0).Add(at), now)

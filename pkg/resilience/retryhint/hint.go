@@ -1,4 +1,4 @@
-package resilience
+package retryhint
 
 import (
 	"net/http"
@@ -8,10 +8,22 @@ import (
 	"time"
 )
 
-// ParseRetryHint finds the longest wait an upstream asked for before the
-// next attempt, from its response headers and (optionally) its JSON error
-// body. now is the time the response arrived; it turns absolute times into
-// waits. ok is false when the response carries no valid hint.
+// Body is what an upstream's error body says about waiting, as the
+// caller found it there. The zero Body says nothing.
+type Body struct {
+	// RetryDelays are google.rpc.RetryInfo retryDelay values, protobuf
+	// Durations in their JSON form ("26s", "0.5s"): direct hints.
+	RetryDelays []string
+	// Text is the error message (or the body itself when it is not JSON),
+	// searched last for waits such as "try again in 41.724s". Only its
+	// first MiB is searched.
+	Text string
+}
+
+// Parse finds the longest wait an upstream asked for before the next
+// attempt, from its response headers (h may be nil) and what its error
+// body says (b). now is the time the response arrived; it turns absolute
+// times into waits. ok is false when the response carries no valid hint.
 //
 // Sources, in three tiers; a later tier is read only when the earlier ones
 // hold no valid hint, and within a tier the largest value wins, so the
@@ -20,32 +32,26 @@ import (
 //  1. direct hints: retry-after-ms, x-ms-retry-after-ms and
 //     x-amz-retry-after (milliseconds), grpc-retry-pushback-ms, Retry-After
 //     as delay-seconds (a fraction is accepted) or an HTTP-date in any of
-//     the three RFC 9110 forms, and google.rpc.RetryInfo.retryDelay in the
-//     body ("26s", "0.5s");
+//     the three RFC 9110 forms, and b.RetryDelays;
 //  2. window hints for exhausted dimensions: x-ratelimit-reset-requests or
 //     -tokens (Go durations such as "6m0s") when the matching
 //     x-ratelimit-remaining-* is 0; anthropic-ratelimit-*-reset (RFC 3339)
 //     when the matching -remaining is 0; the IETF RateLimit field's t for
 //     items with r=0; X-RateLimit-Reset as delta seconds, epoch seconds or
 //     epoch milliseconds when X-RateLimit-Remaining is 0 or absent;
-//  3. body text: "try again in 41.724s", "retry after 37 seconds".
+//  3. b.Text: "try again in 41.724s", "retry after 37 seconds".
 //
 // A malformed value is ignored. A time in the past and a negative number
 // are a wait of zero (ok is true). A value that overflows, or is longer
-// than [MaxRetryHint], is MaxRetryHint. "inf" and "nan" are malformed.
-func ParseRetryHint(h Headers, body []byte, now time.Time) (time.Duration, bool) {
-	b := parseBody(body)
-	return hintFrom(h, &b, now)
-}
-
-func hintFrom(h Headers, b *bodyInfo, now time.Time) (time.Duration, bool) {
-	if d, ok := directHint(h, b, now); ok {
+// than [Max], is Max. "inf" and "nan" are malformed.
+func Parse(h Headers, b Body, now time.Time) (time.Duration, bool) {
+	if d, ok := directHint(h, b.RetryDelays, now); ok {
 		return d, true
 	}
 	if d, ok := windowHint(h, now); ok {
 		return d, true
 	}
-	return textHint(b.text)
+	return textHint(b.Text)
 }
 
 // hintAcc keeps the largest valid hint seen.
@@ -63,7 +69,7 @@ func (a *hintAcc) add(d time.Duration, ok bool) {
 // msHeaders carry a wait in milliseconds.
 var msHeaders = []string{"retry-after-ms", "x-ms-retry-after-ms", "x-amz-retry-after"}
 
-func directHint(h Headers, b *bodyInfo, now time.Time) (time.Duration, bool) {
+func directHint(h Headers, retryDelays []string, now time.Time) (time.Duration, bool) {
 	var acc hintAcc
 	for _, name := range msHeaders {
 		for _, v := range values(h, name) {
@@ -77,7 +83,7 @@ func directHint(h Headers, b *bodyInfo, now time.Time) (time.Duration, bool) {
 	for _, v := range values(h, "retry-after") {
 		acc.add(parseRetryAfter(v, now))
 	}
-	for _, v := range b.retryDelays {
+	for _, v := range retryDelays {
 		acc.add(parseProtoDuration(v))
 	}
 	return acc.d, acc.ok
@@ -99,7 +105,7 @@ func parseRetryAfter(v string, now time.Time) (time.Duration, bool) {
 
 // parsePushback reads gRPC's grpc-retry-pushback-ms. Only a non-negative
 // 32-bit integer is a hint; anything else means "do not retry" (see
-// [pushbackForbids]).
+// [Forbids]).
 func parsePushback(v string) (time.Duration, bool) {
 	n, err := strconv.ParseInt(strings.TrimSpace(v), 10, 32)
 	if err != nil || n < 0 {
@@ -108,9 +114,10 @@ func parsePushback(v string) (time.Duration, bool) {
 	return time.Duration(n) * time.Millisecond, true
 }
 
-// pushbackForbids reports a grpc-retry-pushback-ms field that is negative
-// or unparseable: gRFC A6 says the call must not be retried.
-func pushbackForbids(h Headers) bool {
+// Forbids reports whether the response forbids a retry of the same
+// call: a grpc-retry-pushback-ms field that is negative or not a number,
+// which gRFC A6 says must not be retried.
+func Forbids(h Headers) bool {
 	for _, v := range values(h, "grpc-retry-pushback-ms") {
 		if _, ok := parsePushback(v); !ok {
 			return true
@@ -141,9 +148,12 @@ var textUnits = []struct {
 	{"milli", time.Millisecond}, {"sec", time.Second}, {"min", time.Minute}, {"hour", time.Hour},
 }
 
+// maxText bounds how much of a Body's Text is searched.
+const maxText = 1 << 20
+
 func textHint(text string) (time.Duration, bool) {
-	if len(text) > maxBodyScan {
-		text = text[:maxBodyScan]
+	if len(text) > maxText {
+		text = text[:maxText]
 	}
 	var acc hintAcc
 	for _, m := range textHintRE.FindAllStringSubmatch(text, 8) {
@@ -167,17 +177,4 @@ func parseTextWait(s string) (time.Duration, bool) {
 		}
 	}
 	return 0, false
-}
-
-// HeaderSeconds renders d as the integer delay-seconds Envoy parses:
-// rounded up, at least 1. Use it for x-resil-retry-after and Retry-After.
-func HeaderSeconds(d time.Duration) string {
-	s := int64(1)
-	if d > time.Second {
-		s = int64(d / time.Second)
-		if d%time.Second != 0 {
-			s++
-		}
-	}
-	return strconv.FormatInt(s, 10)
 }
