@@ -11,9 +11,10 @@ import (
 // maxBodyScan bounds how much of a body is decoded or searched.
 const maxBodyScan = 1 << 20
 
-// bodyInfo is what the classifier and the hint parser read from an error
-// body. Providers disagree on the shape, so it is gathered from every place
-// a known provider puts it.
+// bodyInfo is what the classifier reads from an error body, including the
+// parts retryhint reads a wait from (retryDelays, text). Providers
+// disagree on the shape, so it is gathered from every place a known
+// provider puts it.
 type bodyInfo struct {
 	codes       []string // lower-cased type, code, status, error_type, reason…
 	message     string

@@ -130,7 +130,10 @@ var (
 	ErrChainDeadline  = errors.New("fallback chain deadline exceeded")
 )
 
-// WalkResult is the end of a walk.
+// WalkResult is the end of a walk. A caller that only admits hops reads
+// the outcome and the hops; the failures, the smallest wait and Err serve
+// a caller whose check tries each hop and reports it with Failed or
+// RateLimited.
 type WalkResult struct {
 	Outcome Outcome
 	Hop     string      // OutcomeServed: the serving hop
