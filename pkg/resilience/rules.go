@@ -2,6 +2,7 @@ package resilience
 
 import (
 	"regexp"
+	"slices"
 	"time"
 )
 
@@ -110,19 +111,10 @@ func (r *bodyRule) match(b *bodyInfo, status int) bool {
 	if r.message != nil && !r.message.MatchString(b.text) {
 		return false
 	}
-	if r.quotaID != nil && !anyMatch(r.quotaID, b.quotaIDs) {
+	if r.quotaID != nil && !slices.ContainsFunc(b.quotaIDs, r.quotaID.MatchString) {
 		return false
 	}
 	return true
-}
-
-func anyMatch(re *regexp.Regexp, ss []string) bool {
-	for _, s := range ss {
-		if re.MatchString(s) {
-			return true
-		}
-	}
-	return false
 }
 
 func bodyEffect(b *bodyInfo, status int) (effect, bool) {
