@@ -18,9 +18,27 @@ func TestFindModelSplice(t *testing.T) {
 		{`{"model":1}`, "", "", false},
 		{`{"model":null}`, "", "", false},
 		{`["model"]`, "", "", false},
-		{`{"model":"a"`, "", "", false},
 		{``, "", "", false},
 		{`{}`, "", "", false},
+		{`{"mod\u0065l":"a","x":"model"}`, "b", `{"mod\u0065l":"b","x":"model"}`, true},
+		{`{"x":"\"model\":\"n\"","model":"a"}`, "b", `{"x":"\"model\":\"n\"","model":"b"}`, true},
+		{`{"x":"a\\","model":"a"}`, "b", `{"x":"a\\","model":"b"}`, true},
+		{`{"model":"a","model":1}`, "", "", false},
+		{`{"model":1,"model":"a"}`, "b", `{"model":1,"model":"b"}`, true},
+		{`{"x":[{"model":"n"}],"y":[1,"]",{}]}`, "", "", false},
+		// structure broken after the model: not JSON, no model
+		{`{"model":"a"`, "", "", false},
+		{`{"model":"a","messages":[{"content":"x"`, "", "", false},
+		{`{"model":"a"} trailing`, "", "", false},
+		{`{"model":"a",,"model":"c"}`, "", "", false},
+		{`{"model":"a","x":[1,2}`, "", "", false},
+		{`{"model":"a",}`, "", "", false},
+		// whole structure, bad token after the model: kept byte-exact
+		{`{"model":"a","x":tru,"y":"\q"}`, "b", `{"model":"b","x":tru,"y":"\q"}`, true},
+		// broken before any model
+		{`{"x":"open,"model":"a"`, "", "", false},
+		{`{"x":[1,"model":"a"}`, "", "", false},
+		{`{"model":"\q"}`, "", "", false},
 	}
 	for _, c := range cases {
 		f, ok := findModel([]byte(c.in))
@@ -29,6 +47,9 @@ func TestFindModelSplice(t *testing.T) {
 			continue
 		}
 		if !ok {
+			if f.value != "" || f.spans != nil {
+				t.Errorf("%s: no model, but the field holds %q %v", c.in, f.value, f.spans)
+			}
 			continue
 		}
 		if got := string(f.withModel([]byte(c.in), c.model)); got != c.want {
@@ -40,14 +61,23 @@ func TestFindModelSplice(t *testing.T) {
 func FuzzFindModel(f *testing.F) {
 	f.Add([]byte(`{"model":"a","x":{"model":"b"}}`), "m")
 	f.Add([]byte(`{"a":[1,2,{"b":"c"}],"model" : "\u00e9"}`), "ü")
+	f.Add([]byte(`{"model":"a","messages":[{"content":"x`), "b")
 	f.Fuzz(func(t *testing.T, body []byte, model string) {
 		mf, ok := findModel(body)
+		var before map[string]any
+		valid := json.Unmarshal(body, &before) == nil
+		if valid {
+			want, isStr := before["model"].(string)
+			if ok != isStr || (ok && want != mf.value) {
+				t.Fatalf("found %q (%v), decoder says %v", mf.value, ok, before["model"])
+			}
+		}
 		if !ok {
 			return
 		}
-		var before map[string]any
-		if err := json.Unmarshal(body, &before); err != nil || before["model"] != mf.value {
-			t.Fatalf("found %q, decoder says %v (%v)", mf.value, before["model"], err)
+		if !valid {
+			brokenRewrite(t, body, mf, model)
+			return
 		}
 		out := mf.withModel(body, model)
 		var after map[string]any
@@ -62,6 +92,26 @@ func FuzzFindModel(f *testing.F) {
 			t.Fatalf("rewrite lost the model field")
 		}
 	})
+}
+
+// brokenRewrite checks the rewrite of a body that is not JSON: the
+// model's value replaced, every other byte as sent.
+func brokenRewrite(t *testing.T, body []byte, mf modelField, model string) {
+	t.Helper()
+	quoted, _ := json.Marshal(model)
+	out := mf.withModel(body, model)
+	prev, at := 0, 0
+	for _, s := range mf.spans {
+		gap := s[0] - prev
+		if string(out[at:at+gap]) != string(body[prev:s[0]]) || string(out[at+gap:at+gap+len(quoted)]) != string(quoted) {
+			t.Fatalf("rewrite of %q changed more than the model: %q", body, out)
+		}
+		at += gap + len(quoted)
+		prev = s[1]
+	}
+	if string(out[at:]) != string(body[prev:]) {
+		t.Fatalf("rewrite of %q changed its tail: %q", body, out)
+	}
 }
 
 func validUTF8(s string) bool {
