@@ -65,6 +65,9 @@ type bounds struct {
 	// MaxKeys is the most rate limit keys a replica holds; at the bound a
 	// request for a key not held is denied (limiter.WithMaxKeys).
 	MaxKeys int
+	// ExtProcStreamIdle ends an ext_proc stream on which Envoy sends
+	// nothing for that long, freeing its slot; 0: never.
+	ExtProcStreamIdle time.Duration
 }
 
 // boundFlag is one bound's flag: its variable, default, help and parser.
@@ -118,6 +121,8 @@ var boundFlags = []boundFlag{
 		usage: "bytes of a descriptor entry's key or value (each distinct value is a key held); more: INVALID_ARGUMENT", parse: intOf(fRLSValueBytes, 1)},
 	{name: "rls-max-override-period", env: "RLS_RLS_MAX_OVERRIDE_PERIOD", def: envoyapi.DefaultMaxOverridePeriod.String(),
 		usage: "longest window a descriptor's limit override may ask for (a key and its Redis record live as long as it); longer: INVALID_ARGUMENT", parse: rlsOverridePeriod},
+	{name: "extproc-stream-idle-timeout", env: "RLS_EXTPROC_STREAM_IDLE_TIMEOUT", def: envoyapi.DefaultStreamIdleTimeout.String(),
+		usage: "an ext_proc stream on which Envoy sends nothing for this long is ended (DEADLINE_EXCEEDED) and its concurrency slot freed; well above a generation's longest pause; 0: never", parse: durationOf(fStreamIdle, 0)},
 	{name: "max-keys", env: "RLS_MAX_KEYS", def: "1000000",
 		usage: "rate limit keys a replica holds (about 500 bytes each); at the bound a request that would charge a key not held is denied and counted (mode \"full\")", parse: intOf(fMaxKeys, 1)},
 	{name: "memory-limit", env: "RLS_MEMORY_LIMIT", def: "auto",
@@ -141,6 +146,7 @@ func fDebugKeys(b *bounds) *int              { return &b.DebugKeysMax }
 func fStreams(b *bounds) *int                { return &b.GRPCMaxStreams }
 func fRecvBytes(b *bounds) *int              { return &b.GRPCMaxRecvBytes }
 func fMaxKeys(b *bounds) *int                { return &b.MaxKeys }
+func fStreamIdle(b *bounds) *time.Duration   { return &b.ExtProcStreamIdle }
 func fRLSDescriptors(b *bounds) *int         { return &b.RLS.MaxDescriptors }
 func fRLSEntries(b *bounds) *int             { return &b.RLS.MaxEntries }
 func fRLSValueBytes(b *bounds) *int          { return &b.RLS.MaxValueBytes }

@@ -31,6 +31,7 @@ func TestBoundsDefaults(t *testing.T) {
 	equal(t, "recv bytes", c.GRPCMaxRecvBytes, 10<<20)
 	equal(t, "memory", c.MemoryLimit, memoryLimit{})
 	equal(t, "max keys", c.MaxKeys, 1_000_000)
+	equal(t, "extproc stream idle", c.ExtProcStreamIdle, 5*time.Minute)
 	equal(t, "gc heap floor", c.GCHeapFloor, uint64(64<<20))
 	equal(t, "rls bounds", c.RLS, envoyapi.RequestBounds{MaxDescriptors: 64, MaxEntries: 512, MaxValueBytes: 4096,
 		MaxOverridePeriod: 366 * 24 * time.Hour})

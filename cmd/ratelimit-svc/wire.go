@@ -56,7 +56,8 @@ func wire(cfg config, log *slog.Logger, tel *telemetry, tr *tracing, headers env
 		envoyapi.WithCharging(charging), envoyapi.WithDynamicMetadata(cfg.DynamicMetadata),
 		envoyapi.WithRequestBounds(cfg.RLS))
 	breakers := resilience.NewRegistry(resilience.WithStateChange(envoyapi.BreakerTransitions(tel.provider)))
-	xp := envoyapi.NewExtProc(pol, envoyapi.ExtProcDeps{Limits: a.lim, Slots: a.lim, Breakers: breakers},
+	xp := envoyapi.NewExtProc(pol, envoyapi.ExtProcDeps{Limits: a.lim, Slots: a.lim, Breakers: breakers,
+		StreamIdleTimeout: cfg.ExtProcStreamIdle},
 		envoyapi.WithLogger(log.With("component", "extproc")), envoyapi.WithMeterProvider(tel.provider))
 	a.health = health.NewServer()
 	opts := append(grpcServerOptions(), tr.serverOptions()...)
