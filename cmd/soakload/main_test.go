@@ -75,10 +75,10 @@ func TestLoadTakesAndReleasesSlots(t *testing.T) {
 	}
 }
 
-// TestLoadSeesACapNotHeld checks the check: a server capping at 50 is
+// TestLoadSeesACapNotHeld checks the check: a server capping at 5000 is
 // held to -cap 1, and the admits beyond it are counted.
 func TestLoadSeesACapNotHeld(t *testing.T) {
-	addr := serve(t, "50")
+	addr := serve(t, "5000")
 	r := runLoad(t, "-addr", addr, "-rate", "200", "-d", "500ms", "-chunks", "3", "-gap", "20ms", "-cap", "1")
 	if r.MaxAdmitted < 2 || r.AdmitsOver == 0 || r.Answers["reply 429"] != 0 {
 		t.Errorf("max admitted %d, admits over %d, answers %v: want > 1, > 0 and no 429", r.MaxAdmitted, r.AdmitsOver, r.Answers)
