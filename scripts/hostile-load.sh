@@ -234,7 +234,7 @@ run_side after
 echo "load average at end: $(cut -d' ' -f1-3 /proc/loadavg)"
 echo
 cat >"$work/table.py" <<'EOF'
-import datetime, json, os, sys
+import datetime, json, os, re, sys
 
 work, flood, stuck_wait = sys.argv[1:4]
 SIDES = ("before", "after")
@@ -279,7 +279,9 @@ def stuck(side):
         out = f'freed after {s["freed_after_s"]:.1f} s'
     else:
         out = f'not freed in {s.get("waited_s", 0):.0f} s (probes answered {s.get("last_probe_answer", "–")})'
-    note = f"run with {flag} 5s" if flag else "no ext_proc stream idle/progress flag: not built"
+    m = re.search(re.escape(f"  {flag} ") + r'[^\n]*\n[^\n]*\(default "([^"]*)"\)', text(side, "help")) if flag else None
+    default = f" (default {m.group(1)})" if m else ""
+    note = f"run with {flag} 5s{default}" if flag else "no ext_proc stream idle/progress flag: not built"
     return f'slot taken ({s.get("stuck_answer", "–")}); {out}; {note}'
 
 
