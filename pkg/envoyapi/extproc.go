@@ -110,6 +110,7 @@ func (x *ExtProc) Process(stream extprocv3.ExternalProcessor_ProcessServer) erro
 	defer ph.end()
 	in := newIdleReader(stream, x.idle)
 	defer in.stop()
+	var order phaseOrder
 	for {
 		req, err := in.recv()
 		if errors.Is(err, errStreamIdle) {
@@ -120,7 +121,11 @@ func (x *ExtProc) Process(stream extprocv3.ExternalProcessor_ProcessServer) erro
 		if err != nil {
 			return streamEnd(err)
 		}
-		resp, err := dispatch(ph, req)
+		err = order.admit(req)
+		var resp *extprocv3.ProcessingResponse
+		if err == nil {
+			resp, err = dispatch(ph, req)
+		}
 		if err != nil {
 			x.log.LogAttrs(ctx, slog.LevelWarn, "ext_proc stream failed", slog.Any("error", err))
 			return toStatus(err)

@@ -71,7 +71,7 @@ func TestExtProcStreamIdle(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		const idle = time.Minute
 		x, lim := idleServer(t, idle)
-		s := envoytest.NewMemStream(context.Background(), "downstream", 4)
+		s := envoytest.NewMemStream(context.Background(), 4, "x-resil-role", "downstream")
 		done := make(chan error, 1)
 		go func() { done <- x.Process(s) }()
 		exchangeMem(t, s, headersMsg(true, "x-resil-target", "narrow"))
@@ -115,7 +115,7 @@ func TestExtProcStreamIdle(t *testing.T) {
 func TestExtProcStreamIdleOff(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		x, lim := idleServer(t, 0)
-		s := envoytest.NewMemStream(context.Background(), "downstream", 4)
+		s := envoytest.NewMemStream(context.Background(), 4, "x-resil-role", "downstream")
 		done := make(chan error, 1)
 		go func() { done <- x.Process(s) }()
 		exchangeMem(t, s, headersMsg(true, "x-resil-target", "narrow"))

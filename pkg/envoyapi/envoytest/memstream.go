@@ -29,12 +29,13 @@ type MemStream struct {
 	closed chan struct{}
 }
 
-// NewMemStream opens a stream whose initial metadata names role
-// (x-resil-role; "" sends none). It holds up to buffer responses the
-// client has not read; a server sending more blocks until it does.
-func NewMemStream(ctx context.Context, role string, buffer int) *MemStream {
-	if role != "" {
-		ctx = metadata.NewIncomingContext(ctx, metadata.Pairs("x-resil-role", role))
+// NewMemStream opens a stream with the initial metadata kv (key, value
+// pairs, such as "x-resil-role", "upstream"). It holds up to buffer
+// responses the client has not read; a server sending more blocks until
+// it does.
+func NewMemStream(ctx context.Context, buffer int, kv ...string) *MemStream {
+	if len(kv) > 0 {
+		ctx = metadata.NewIncomingContext(ctx, metadata.Pairs(kv...))
 	}
 	ctx, cancel := context.WithCancel(ctx)
 	return &MemStream{ctx: ctx, cancel: cancel, in: make(chan *extprocv3.ProcessingRequest),
