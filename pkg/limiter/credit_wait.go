@@ -79,11 +79,12 @@ func (e *engine) wait(cs *creditState, rule *Rule, n int64, now int64) Result {
 
 // shareAfterWait admits a timed-out waiter from the key's static share:
 // a window may have begun while it waited. Within the clock's uncertainty
-// of the boundary it waits, at most contentionWait, until the epoch is
-// known.
+// of the boundary it waits until the epoch is known, on a fast store only
+// and at most another StoreTimeout: a slow store's uncertainty is too
+// wide to wait out.
 func (e *engine) shareAfterWait(cs *creditState, n, now int64) bool {
 	ok, known := e.spendShare(cs, n, now, false)
-	if ok || known <= now || known-now > int64(contentionWait) {
+	if ok || known <= now || !e.fastStore() || known-now > int64(cs.rule.Tuning.storeTimeout()) {
 		return ok
 	}
 	time.Sleep(time.Duration(known - now))
