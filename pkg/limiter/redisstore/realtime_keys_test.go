@@ -6,9 +6,9 @@ package redisstore_test
 // virtual clock: here the replicas share a real redis-server and the
 // callers pace their requests on the wall clock. A replica holds a static
 // share only of the windows that begin a lease after it joined, so the
-// per-minute scenarios start their replicas before they pause for
-// t.Parallel: by the time they resume, the replicas usually hold shares
-// of the current minute, and the wait for one is paid once, not by each.
+// per-minute scenarios wait for such a minute; they run in parallel with
+// each other (t.Parallel, before they start any replica, so that idle
+// replicas do not load the real-time tests that run alone).
 
 import (
 	"fmt"
@@ -35,6 +35,7 @@ import (
 // than a lease less a heartbeat holds no share of a key it has not seen).
 func TestRealtimeManyKeysFarBelowLimit(t *testing.T) {
 	rtSkipShort(t)
+	t.Parallel()
 	rule := rtPerMinute(100)
 	keys := rtKeys(rule, 20000)
 	var groups []*rtGroup
@@ -44,7 +45,6 @@ func TestRealtimeManyKeysFarBelowLimit(t *testing.T) {
 		groups = append(groups, rtGroupStart(t, srv.Addr, fmt.Sprint("realtime-many-", n), n))
 		admins = append(admins, rtClient(t, srv.Addr))
 	}
-	t.Parallel() // the replicas run meanwhile
 	for i, g := range groups {
 		t.Run(fmt.Sprint(len(g.all), " replicas"), func(t *testing.T) { rtManyKeys(t, g, admins[i], rule, keys) })
 	}
@@ -119,9 +119,9 @@ func rtManyKeys(t *testing.T, g *rtGroup, admin *redis.Client, rule *limiter.Rul
 // the next minute, which the four share.
 func TestRealtimeScaleOut(t *testing.T) {
 	rtSkipShort(t)
+	t.Parallel()
 	srv := redistest.Start(t)
 	minute := rtGroupStart(t, srv.Addr, "realtime-scale-minute", 2)
-	t.Parallel() // the replicas run meanwhile
 	t.Run("per second", func(t *testing.T) {
 		g := rtGroupStart(t, redistest.Start(t).Addr, "realtime-scale-second", 2)
 		rtScaleOut(t, g, rtPerSecond(50), 2500*time.Millisecond, 7*time.Second, 8)
@@ -169,10 +169,10 @@ func rtScaleOut(t *testing.T, g *rtGroup, rule *limiter.Rule, addAt, tail time.D
 // share stays reserved until the window ends.
 func TestRealtimeReplicaRestart(t *testing.T) {
 	rtSkipShort(t)
+	t.Parallel()
 	srv := redistest.Start(t)
 	rule := rtPerMinute(100)
 	g := rtGroupStart(t, srv.Addr, "realtime-replica-restart", 4)
-	t.Parallel() // the replicas run meanwhile
 	start := rtShareWindow(t, g, time.Minute, 40*time.Second)
 	end := start.Truncate(time.Minute).Add(time.Minute)
 	killAt := start.Add(end.Sub(start) / 3)
