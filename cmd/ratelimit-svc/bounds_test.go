@@ -71,6 +71,14 @@ func TestBoundsPrecedence(t *testing.T) {
 				equal(t, "write", c.HTTPWriteTimeout, time.Duration(0))
 				equal(t, "http conns", c.HTTPMaxConns, 0)
 			}},
+		{"extproc stream idle", map[string]string{"RLS_EXTPROC_STREAM_IDLE_TIMEOUT": "0"}, nil,
+			func(t *testing.T, c config) {
+				equal(t, "extproc stream idle", c.ExtProcStreamIdle, time.Duration(0))
+			}},
+		{"extproc stream idle flag", map[string]string{"RLS_EXTPROC_STREAM_IDLE_TIMEOUT": "0"}, []string{"--extproc-stream-idle-timeout", "90s"},
+			func(t *testing.T, c config) {
+				equal(t, "extproc stream idle", c.ExtProcStreamIdle, 90*time.Second)
+			}},
 	})
 }
 
@@ -99,6 +107,8 @@ func TestBoundsErrorsNameTheFlag(t *testing.T) {
 		{map[string]string{"RLS_MEMORY_LIMIT": "1GB"}, nil, `RLS_MEMORY_LIMIT: "1GB": want auto, off, or a positive size`},
 		{nil, []string{"--memory-limit", "-1"}, `--memory-limit: "-1"`},
 		{nil, []string{"--memory-limit", "0"}, `--memory-limit: "0"`},
+		{nil, []string{"--extproc-stream-idle-timeout", "-1s"}, `--extproc-stream-idle-timeout: "-1s": want a duration of 0 or more`},
+		{map[string]string{"RLS_EXTPROC_STREAM_IDLE_TIMEOUT": "5"}, nil, `RLS_EXTPROC_STREAM_IDLE_TIMEOUT: "5" is not a duration`},
 	})
 }
 
