@@ -326,8 +326,10 @@ def ttl(side):
         t = int(text(side, "ttl"))
     except ValueError:
         return "–"
-    if t < 0:
-        return f"no key ({t})"
+    if t == -2:
+        return "no key (-2)"
+    if t == -1:
+        return "no key with a TTL (-1): only keys that never expire"
     return f"{t:,} s ({t / 86400 / 365:.1f} years)" if t > 86400 else f"{t} s"
 
 
