@@ -2,10 +2,13 @@ package limiter
 
 import (
 	"context"
+	"fmt"
 	"math/rand/v2"
 	"slices"
 	"strconv"
+	"sync/atomic"
 	"testing"
+	"testing/synctest"
 	"time"
 )
 
@@ -239,4 +242,41 @@ func TestShareAdmitsAcrossBoundary(t *testing.T) {
 	if ok, _ := l.eng.spendShare(cs, 1, after, false); ok {
 		t.Fatal("the next epoch's share admitted past the units charged to it ahead")
 	}
+}
+
+// TestRunReturnsASpikesMemory: a sweep that evicts a spike of keys (at
+// least spikeKeys, and at least as many as it leaves) hands their memory
+// back to the system at once; a smaller sweep does not.
+func TestRunReturnsASpikesMemory(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		var freed atomic.Int32
+		old := freeMemory
+		freeMemory = func() { freed.Add(1) }
+		defer func() { freeMemory = old }()
+		l := New()
+		ctx, cancel := context.WithCancel(context.Background())
+		done := make(chan struct{})
+		go func() { defer close(done); l.Run(ctx) }()
+		rule := &Rule{Windows: []Window{{Limit: 10, Period: time.Second}}}
+		out := make([]Result, 1)
+		fill := func(n int, prefix string) {
+			for i := range n {
+				l.Decide([]Request{{Key: fmt.Appendf(nil, "%s%d", prefix, i), Rule: rule}}, out)
+			}
+		}
+		fill(spikeKeys/2, "small")
+		time.Sleep(11 * time.Second) // one sweep
+		synctest.Wait()
+		if n := freed.Load(); n != 0 || l.Keys() != 0 {
+			t.Fatalf("a sweep of %d keys returned memory %d times; %d keys left", spikeKeys/2, n, l.Keys())
+		}
+		fill(spikeKeys, "spike")
+		time.Sleep(10 * time.Second)
+		synctest.Wait()
+		if n := freed.Load(); n != 1 {
+			t.Errorf("a sweep of %d keys returned memory %d times, want once", spikeKeys, n)
+		}
+		cancel()
+		<-done
+	})
 }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"runtime/debug"
 	"sync"
 	"time"
 )
@@ -169,10 +170,22 @@ func (l *Limiter) Run(ctx context.Context) error {
 			}
 			if n := l.Sweep(); n > 0 {
 				l.log.Debug("evicted idle keys", "count", n, "live", l.Keys())
+				if n >= spikeKeys && n >= l.Keys() {
+					// A spike went: its memory goes back to the system now,
+					// not whenever allocation next starts a collection.
+					freeMemory()
+				}
 			}
 		}
 	}
 }
+
+// spikeKeys is the fewest keys one sweep must evict, and at least as many
+// as it leaves, for Run to return their memory to the system.
+const spikeKeys = 100_000
+
+// freeMemory returns freed memory to the system (tests replace it).
+var freeMemory = debug.FreeOSMemory
 
 // Sweep evicts the keys whose state is as good as new and returns how many.
 // Run calls it periodically.
