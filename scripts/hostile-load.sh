@@ -36,6 +36,8 @@
 #   BEFORE=4de4b0a FLOOD=10s scripts/hostile-load.sh
 set -euo pipefail
 cd "$(dirname "$0")/.."
+name=hostile-load
+. scripts/lib.sh
 BEFORE=${BEFORE:-aebd74c}
 FLOOD=${FLOOD:-15s}
 STUCK_WAIT=${STUCK_WAIT:-20s}
@@ -87,25 +89,6 @@ targets:
   big: {max_concurrent: 0}
 EOF
 
-free_ports() { # n: prints n free loopback ports
-  python3 -c '
-import socket, sys
-ss = [socket.socket() for _ in range(int(sys.argv[1]))]
-for s in ss:
-    s.bind(("127.0.0.1", 0))
-print(*[s.getsockname()[1] for s in ss])
-for s in ss:
-    s.close()' "$1"
-}
-wait_port() { # port pid
-  for _ in $(seq 200); do
-    (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null && return 0
-    kill -0 "$2" 2>/dev/null || { echo "hostile-load: pid $2 exited before port $1 opened" >&2; exit 1; }
-    sleep 0.1
-  done
-  echo "hostile-load: port $1 never opened" >&2
-  exit 1
-}
 status_kb() { awk -v f="$2:" '$1 == f {print $2}' "/proc/$1/status"; } # pid field
 cpu_ticks() { awk '{print $14 + $15}' "/proc/$1/stat"; }
 tck=$(getconf CLK_TCK)

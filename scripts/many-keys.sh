@@ -28,6 +28,8 @@
 #   D=5s KEYS=20000 C=32 scripts/many-keys.sh
 set -euo pipefail
 cd "$(dirname "$0")/.."
+name=many-keys
+. scripts/lib.sh
 D=${D:-10s}
 KEYS=${KEYS:-100000}
 C=${C:-64}
@@ -57,28 +59,12 @@ EOF
 
 # Ten free loopback ports: Redis, the floor, then gRPC and HTTP of each
 # of four replicas.
-read -r -a ports < <(python3 -c '
-import socket
-ss = [socket.socket() for _ in range(10)]
-for s in ss:
-    s.bind(("127.0.0.1", 0))
-print(*[s.getsockname()[1] for s in ss])
-for s in ss:
-    s.close()')
+read -r -a ports < <(free_ports 10)
 rport=${ports[0]}
 noop=127.0.0.1:${ports[1]}
 grpc_addr() { echo "127.0.0.1:${ports[$((2 + 2 * $1))]}"; }
 http_addr() { echo "127.0.0.1:${ports[$((3 + 2 * $1))]}"; }
 
-wait_port() { # port pid
-  for _ in $(seq 100); do
-    (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null && return 0
-    kill -0 "$2" 2>/dev/null || { echo "many-keys: pid $2 exited before port $1 opened" >&2; exit 1; }
-    sleep 0.1
-  done
-  echo "many-keys: port $1 never opened" >&2
-  exit 1
-}
 rcli() { redis-cli -h 127.0.0.1 -p "$rport" "$@"; }
 
 redis-server --port "$rport" --bind 127.0.0.1 --save '' --appendonly no >"$work/redis.log" 2>&1 &

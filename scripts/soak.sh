@@ -28,6 +28,8 @@
 #   RLS_RATE=1000 HOT_RATE=200 EP_RATE=100 D=10m scripts/soak.sh   # the defaults
 set -euo pipefail
 cd "$(dirname "$0")/.."
+name=soak
+. scripts/lib.sh
 D=${D:-10m}
 RLS_RATE=${RLS_RATE:-1000}
 HOT_RATE=${HOT_RATE:-200}
@@ -80,28 +82,12 @@ EOF
 
 # Seven free loopback ports: Redis, then gRPC, HTTP and debug of each
 # replica.
-read -r -a ports < <(python3 -c '
-import socket
-ss = [socket.socket() for _ in range(7)]
-for s in ss:
-    s.bind(("127.0.0.1", 0))
-print(*[s.getsockname()[1] for s in ss])
-for s in ss:
-    s.close()')
+read -r -a ports < <(free_ports 7)
 rport=${ports[0]}
 grpc_addr() { echo "127.0.0.1:${ports[$((1 + 3 * $1))]}"; }
 http_addr() { echo "127.0.0.1:${ports[$((2 + 3 * $1))]}"; }
 debug_addr() { echo "127.0.0.1:${ports[$((3 + 3 * $1))]}"; }
 
-wait_port() { # port pid
-  for _ in $(seq 100); do
-    (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null && return 0
-    kill -0 "$2" 2>/dev/null || { echo "soak: pid $2 exited before port $1 opened" >&2; exit 1; }
-    sleep 0.1
-  done
-  echo "soak: port $1 never opened" >&2
-  exit 1
-}
 start_redis() {
   redis-server --port "$rport" --bind 127.0.0.1 --save '' --appendonly no >>"$work/redis.log" 2>&1 &
   redis=$!
