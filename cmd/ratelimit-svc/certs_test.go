@@ -1,83 +1,28 @@
 package main
 
 import (
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
 	"crypto/tls"
 	"crypto/x509"
-	"crypto/x509/pkix"
-	"encoding/pem"
-	"math/big"
-	"net"
 	"os"
 	"path/filepath"
 	"testing"
-	"time"
+
+	"github.com/ratelimit-svc/ratelimit-svc/internal/testpki"
 )
 
 // testCA is a throwaway certificate authority for a test.
-type testCA struct {
-	cert *x509.Certificate
-	key  *ecdsa.PrivateKey
-	pem  []byte
-}
+type testCA struct{ *testpki.CA }
 
-func newTestCA(t *testing.T, name string) *testCA {
-	t.Helper()
-	key := newKey(t)
-	tmpl := &x509.Certificate{
-		SerialNumber: serial(t), Subject: pkix.Name{CommonName: name},
-		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
-		IsCA: true, BasicConstraintsValid: true, KeyUsage: x509.KeyUsageCertSign,
-	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cert, err := x509.ParseCertificate(der)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return &testCA{cert: cert, key: key, pem: pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der})}
-}
+func newTestCA(t *testing.T, name string) *testCA { return &testCA{testpki.NewCA(t, name)} }
 
 // issue signs a leaf named cn (a DNS SAN too): a server also for
 // localhost and 127.0.0.1, or a client.
 func (ca *testCA) issue(t *testing.T, cn string, server bool) (certPEM, keyPEM []byte) {
 	t.Helper()
 	if server {
-		return ca.issueFor(t, cn, x509.ExtKeyUsageServerAuth, cn, "localhost", "127.0.0.1")
+		return ca.Issue(t, cn, x509.ExtKeyUsageServerAuth, cn, "localhost", "127.0.0.1")
 	}
-	return ca.issueFor(t, cn, x509.ExtKeyUsageClientAuth, cn)
-}
-
-// issueFor signs a leaf for names (DNS names or IP addresses).
-func (ca *testCA) issueFor(t *testing.T, cn string, usage x509.ExtKeyUsage, names ...string) (certPEM, keyPEM []byte) {
-	t.Helper()
-	key := newKey(t)
-	tmpl := &x509.Certificate{
-		SerialNumber: serial(t), Subject: pkix.Name{CommonName: cn},
-		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
-		KeyUsage: x509.KeyUsageDigitalSignature, ExtKeyUsage: []x509.ExtKeyUsage{usage},
-	}
-	for _, n := range names {
-		if ip := net.ParseIP(n); ip != nil {
-			tmpl.IPAddresses = append(tmpl.IPAddresses, ip)
-		} else {
-			tmpl.DNSNames = append(tmpl.DNSNames, n)
-		}
-	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, ca.cert, &key.PublicKey, ca.key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	kder, err := x509.MarshalECPrivateKey(key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}),
-		pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: kder})
+	return ca.Issue(t, cn, x509.ExtKeyUsageClientAuth, cn)
 }
 
 // clientConfig is a client's tls.Config trusting ca, presenting a
@@ -85,7 +30,7 @@ func (ca *testCA) issueFor(t *testing.T, cn string, usage x509.ExtKeyUsage, name
 func (ca *testCA) clientConfig(t *testing.T, issuer *testCA, cn string) *tls.Config {
 	t.Helper()
 	pool := x509.NewCertPool()
-	pool.AddCert(ca.cert)
+	pool.AddCert(ca.Cert)
 	c := &tls.Config{RootCAs: pool, ServerName: "localhost", MinVersion: tls.VersionTLS12}
 	if issuer != nil {
 		certPEM, keyPEM := issuer.issue(t, cn, false)
@@ -96,24 +41,6 @@ func (ca *testCA) clientConfig(t *testing.T, issuer *testCA, cn string) *tls.Con
 		c.Certificates = []tls.Certificate{pair}
 	}
 	return c
-}
-
-func newKey(t *testing.T) *ecdsa.PrivateKey {
-	t.Helper()
-	k, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return k
-}
-
-func serial(t *testing.T) *big.Int {
-	t.Helper()
-	n, err := rand.Int(rand.Reader, new(big.Int).Lsh(big.NewInt(1), 62))
-	if err != nil {
-		t.Fatal(err)
-	}
-	return n
 }
 
 // secretDir lays files out as Kubernetes mounts a Secret: each name a

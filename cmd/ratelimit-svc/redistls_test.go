@@ -35,10 +35,10 @@ func startTLSRedis(t *testing.T, serverNames ...string) *tlsRedis {
 		}
 		return p
 	}
-	sc, sk := ca.issueFor(t, "redis", x509.ExtKeyUsageServerAuth, serverNames...)
+	sc, sk := ca.Issue(t, "redis", x509.ExtKeyUsageServerAuth, serverNames...)
 	cc, ck := ca.issue(t, "ratelimit", false)
 	r := &tlsRedis{clientCert: write("client.crt", cc), clientKey: write("client.key", ck),
-		ca: write("ca.crt", ca.pem), otherCA: write("other.crt", other.pem)}
+		ca: write("ca.crt", ca.PEM), otherCA: write("other.crt", other.PEM)}
 	port := freePort(t)
 	redistest.Start(t, "--tls-port", port, "--tls-cert-file", write("redis.crt", sc), "--tls-key-file", write("redis.key", sk),
 		"--tls-ca-cert-file", r.ca, "--tls-auth-clients", "yes")

@@ -38,7 +38,7 @@ func startTLS(t *testing.T, ca *testCA, env map[string]string) (*service, *secre
 	t.Helper()
 	sec := &secretDir{dir: t.TempDir()}
 	certPEM, keyPEM := ca.issue(t, "ratelimit", true)
-	sec.write(t, map[string][]byte{"tls.crt": certPEM, "tls.key": keyPEM, "ca.crt": ca.pem})
+	sec.write(t, map[string][]byte{"tls.crt": certPEM, "tls.key": keyPEM, "ca.crt": ca.PEM})
 	if env == nil {
 		return start(t, "../../config", "--grpc-tls-cert", sec.path("tls.crt"), "--grpc-tls-key", sec.path("tls.key"),
 			"--grpc-tls-client-ca", sec.path("ca.crt")), sec
@@ -93,7 +93,7 @@ func TestGRPCCertificateRotation(t *testing.T) {
 		t.Fatal(err)
 	}
 	certPEM, keyPEM := ca2.issue(t, "ratelimit-2", true)
-	sec.write(t, map[string][]byte{"tls.crt": certPEM, "tls.key": keyPEM, "ca.crt": ca2.pem})
+	sec.write(t, map[string][]byte{"tls.crt": certPEM, "tls.key": keyPEM, "ca.crt": ca2.PEM})
 	deadline := time.Now().Add(15 * time.Second) // checked at most once a second
 	for {
 		leaf := serverLeaf(t, s.grpcAddr, ca2.clientConfig(t, ca2, "envoy"))
