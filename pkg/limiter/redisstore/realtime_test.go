@@ -10,10 +10,10 @@ package redisstore_test
 import (
 	"bytes"
 	"context"
+	"flag"
 	"fmt"
 	"maps"
 	"net"
-	"os"
 	"os/exec"
 	"slices"
 	"strings"
@@ -70,7 +70,7 @@ func rtPace(callers int, load float64, limit uint64) time.Duration {
 
 // rtPoll waits until cond holds, checking every few milliseconds, and
 // fails the test after bound.
-func rtPoll(t *testing.T, bound time.Duration, what string, cond func() bool) {
+func rtPoll(t testing.TB, bound time.Duration, what string, cond func() bool) {
 	t.Helper()
 	deadline := time.Now().Add(bound)
 	for !cond() {
@@ -83,7 +83,7 @@ func rtPoll(t *testing.T, bound time.Duration, what string, cond func() bool) {
 
 // rtClient is a client of one Redis node as the service builds it: no
 // retries (the next sync round is the retry), one dial attempt.
-func rtClient(t *testing.T, addr string) *redis.Client {
+func rtClient(t testing.TB, addr string) *redis.Client {
 	c := redis.NewClient(&redis.Options{Addr: addr, MaxRetries: -1, DialerRetries: 1, DialTimeout: time.Second})
 	t.Cleanup(func() { c.Close() })
 	return c
@@ -101,7 +101,7 @@ type rtFleet struct {
 // rtStart runs n replicas of service, replica i on client(i), and waits
 // until each has heartbeated and counts all n (so cold shares are split
 // n ways). The replicas stop, pushing their hits, when the test ends.
-func rtStart(t *testing.T, n int, service string, client func(i int) redis.UniversalClient) *rtFleet {
+func rtStart(t testing.TB, n int, service string, client func(i int) redis.UniversalClient) *rtFleet {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	f := &rtFleet{cancel: cancel, done: make(chan struct{})}
@@ -130,7 +130,7 @@ func rtStart(t *testing.T, n int, service string, client func(i int) redis.Unive
 }
 
 // stop ends the replicas' Run loops and waits for their final push.
-func (f *rtFleet) stop(t *testing.T) {
+func (f *rtFleet) stop(t testing.TB) {
 	f.once.Do(func() {
 		f.cancel()
 		select {
@@ -141,7 +141,7 @@ func (f *rtFleet) stop(t *testing.T) {
 	})
 }
 
-func (f *rtFleet) logStats(t *testing.T) {
+func (f *rtFleet) logStats(t testing.TB) {
 	t.Helper()
 	for i, l := range f.lims {
 		s := l.Stats()
@@ -877,14 +877,17 @@ func rtSpreadKeys(t *testing.T, c *redis.ClusterClient, st *redisstore.Store, ru
 	return keys, strings.Join(where, ", ")
 }
 
-// TestRealtimeMeasureRedisLoad measures what the credit engine costs
-// Redis: 4 replicas offer a steady load for a while, and INFO
-// commandstats and INFO cpu are read before and after. It reports Redis
-// commands per 1 000 000 decisions and Redis CPU per 100 000 decisions.
-// It asserts nothing and runs only with RLS_MEASURE=1 (RLS_MEASURE_SECONDS
-// sets the length of each scenario, 10 s by default).
-func TestRealtimeMeasureRedisLoad(t *testing.T) {
-	seconds := rtMeasureSeconds(t)
+// BenchmarkRealtimeRedisLoad measures what the credit engine costs
+// Redis: 4 replicas decide a steady load, and INFO commandstats and INFO
+// cpu are read before and after. Each case runs once, a steady open-loop
+// load for -args -load-length (10 s by default), whatever b.N. It reports Redis commands sent per 1M decisions and
+// Redis CPU per 100 000 decisions, gross and net of Redis's idle work
+// (measured first, with the replicas idle but heartbeating), and logs
+// the commands by name.
+func BenchmarkRealtimeRedisLoad(b *testing.B) {
+	if b.N > 1 {
+		b.Skip("runs once: use -benchtime 1x") // a second run would measure the same load again
+	}
 	for _, sc := range []struct {
 		name  string
 		keys  int
@@ -896,59 +899,62 @@ func TestRealtimeMeasureRedisLoad(t *testing.T) {
 		{"16 keys, 5× of 100/s", 16, 100, 5},
 		{"1000 keys, 0.5× of 10/s", 1000, 10, 0.5},
 	} {
-		t.Run(sc.name, func(t *testing.T) {
-			srv := redistest.Start(t)
-			rule := &limiter.Rule{Windows: []limiter.Window{{Limit: sc.limit, Period: time.Second}}}
-			keys := make([][]byte, sc.keys)
-			for i := range keys {
-				keys[i] = rtKey(rule, fmt.Sprint("user-", i))
-			}
-			f := rtStart(t, rtReplicas, "realtime-measure", func(int) redis.UniversalClient { return rtClient(t, srv.Addr) })
-			admin := rtClient(t, srv.Addr)
-			rate := sc.load * float64(sc.limit) * float64(sc.keys) // decisions per second, all replicas
-			// Redis's own background work, with the replicas idle but
-			// heartbeating, is the baseline of its CPU.
-			idle0, idleAt := rtRedisInfo(t, admin), time.Now()
-			time.Sleep(2 * time.Second) // measuring an idle interval
-			idle1 := rtRedisInfo(t, admin)
-			idleRate := (idle1.cpu - idle0.cpu) / time.Since(idleAt).Seconds()
-
-			before, rounds0 := rtRedisInfo(t, admin), f.rounds()
-			began := time.Now()
-			decided, admitted := f.steady(keys, rule, rtCallers, rate, began.Add(time.Duration(seconds)*time.Second))
-			took := time.Since(began)
-			after, rounds1 := rtRedisInfo(t, admin), f.rounds()
-			perM := func(n uint64) float64 { return float64(n) * 1e6 / float64(decided) }
-			var sent, inScripts uint64
-			var perSent, perIn []string
-			for _, name := range slices.Sorted(maps.Keys(after.calls)) {
-				d := after.calls[name] - before.calls[name]
-				if d == 0 || name == "info" { // info: the measurement's own
-					continue
-				}
-				if rtSentByClients(name) {
-					sent += d
-					perSent = append(perSent, fmt.Sprintf("%s %.0f", name, perM(d)))
-				} else {
-					inScripts += d
-					perIn = append(perIn, fmt.Sprintf("%s %.0f", name, perM(d)))
-				}
-			}
-			cpu := after.cpu - before.cpu
-			net := cpu - idleRate*took.Seconds()
-			t.Logf("%s: %d decisions in %v (%.0f/s offered, %.0f/s decided, %d admitted)",
-				sc.name, decided, took.Round(time.Millisecond), rate, float64(decided)/took.Seconds(), admitted)
-			t.Logf("sync rounds (pipelines) of all replicas: %d, %.0f per 1M decisions, %.1f per second",
-				rounds1-rounds0, perM(rounds1-rounds0), float64(rounds1-rounds0)/took.Seconds())
-			t.Logf("commands sent to Redis: %d, %.0f per 1M decisions (%s), %.1f per second",
-				sent, perM(sent), strings.Join(perSent, ", "), float64(sent)/took.Seconds())
-			t.Logf("commands run inside scripts: %.0f per 1M decisions (%s)", perM(inScripts), strings.Join(perIn, ", "))
-			t.Logf("Redis CPU (user+sys): %.3fs, %.1f ms per 100k decisions, %.2f%% of a core; "+
-				"net of the idle baseline (%.2f%% of a core): %.1f ms per 100k decisions",
-				cpu, cpu*1e3*1e5/float64(decided), 100*cpu/took.Seconds(), 100*idleRate, net*1e3*1e5/float64(decided))
-			f.logStats(t)
-		})
+		b.Run(sc.name, func(b *testing.B) { rtMeasureLoad(b, sc.keys, sc.limit, sc.load) })
 	}
+}
+
+// rtLoadLength is how long each case of BenchmarkRealtimeRedisLoad runs.
+var rtLoadLength = flag.Duration("load-length", 10*time.Second, "how long each case of BenchmarkRealtimeRedisLoad runs")
+
+func rtMeasureLoad(b *testing.B, nkeys int, limit uint64, load float64) {
+	srv := redistest.Start(b)
+	rule := &limiter.Rule{Windows: []limiter.Window{{Limit: limit, Period: time.Second}}}
+	keys := make([][]byte, nkeys)
+	for i := range keys {
+		keys[i] = rtKey(rule, fmt.Sprint("user-", i))
+	}
+	f := rtStart(b, rtReplicas, "realtime-measure", func(int) redis.UniversalClient { return rtClient(b, srv.Addr) })
+	admin := rtClient(b, srv.Addr)
+	rate := load * float64(limit) * float64(nkeys) // decisions per second, all replicas
+	idle0, idleAt := rtRedisInfo(b, admin), time.Now()
+	time.Sleep(2 * time.Second) // measuring an idle interval
+	idle1 := rtRedisInfo(b, admin)
+	idleRate := (idle1.cpu - idle0.cpu) / time.Since(idleAt).Seconds()
+
+	b.ResetTimer()
+	before, rounds0 := rtRedisInfo(b, admin), f.rounds()
+	began := time.Now()
+	decided, admitted := f.steady(keys, rule, rtCallers, rate, began.Add(*rtLoadLength))
+	took := time.Since(began)
+	after, rounds1 := rtRedisInfo(b, admin), f.rounds()
+	b.StopTimer()
+	if decided == 0 {
+		b.Fatal("no decision")
+	}
+	perM := func(n uint64) float64 { return float64(n) * 1e6 / float64(decided) }
+	var sent uint64
+	var perSent, perIn []string
+	for _, name := range slices.Sorted(maps.Keys(after.calls)) {
+		d := after.calls[name] - before.calls[name]
+		if d == 0 || name == "info" { // info: the measurement's own
+			continue
+		}
+		if rtSentByClients(name) {
+			sent += d
+			perSent = append(perSent, fmt.Sprintf("%s %.0f", name, perM(d)))
+		} else {
+			perIn = append(perIn, fmt.Sprintf("%s %.0f", name, perM(d)))
+		}
+	}
+	cpu := after.cpu - before.cpu
+	net := cpu - idleRate*took.Seconds()
+	b.ReportMetric(perM(sent), "redis-cmds/1M")
+	b.ReportMetric(perM(rounds1-rounds0), "rounds/1M")
+	b.ReportMetric(cpu*1e3*1e5/float64(decided), "redis-cpu-ms/100k")
+	b.ReportMetric(net*1e3*1e5/float64(decided), "redis-net-cpu-ms/100k")
+	b.Logf("%d decisions in %v (%.0f/s offered, %d admitted); sent per 1M: %s; inside scripts per 1M: %s; Redis idle %.2f%% of a core",
+		decided, took.Round(time.Millisecond), rate, admitted, strings.Join(perSent, ", "), strings.Join(perIn, ", "), 100*idleRate)
+	f.logStats(b)
 }
 
 // rtEvery calls fn every d until ctx ends.
@@ -963,22 +969,6 @@ func rtEvery(ctx context.Context, d time.Duration, fn func()) {
 		}
 		fn()
 	}
-}
-
-// rtMeasureSeconds skips a measurement unless RLS_MEASURE=1 and returns
-// how long it runs: RLS_MEASURE_SECONDS, 10 by default.
-func rtMeasureSeconds(t *testing.T) int {
-	t.Helper()
-	if os.Getenv("RLS_MEASURE") != "1" {
-		t.Skip("a measurement: set RLS_MEASURE=1 to run it")
-	}
-	seconds := 10
-	if s := os.Getenv("RLS_MEASURE_SECONDS"); s != "" {
-		if _, err := fmt.Sscan(s, &seconds); err != nil || seconds < 1 {
-			t.Fatalf("RLS_MEASURE_SECONDS=%q: want a positive number of seconds", s)
-		}
-	}
-	return seconds
 }
 
 // rtSentByClients tells the commands a client sends from those the
@@ -1046,7 +1036,7 @@ type rtInfo struct {
 	cpu   float64           // used_cpu_user + used_cpu_sys, seconds
 }
 
-func rtRedisInfo(t *testing.T, c *redis.Client) rtInfo {
+func rtRedisInfo(t testing.TB, c *redis.Client) rtInfo {
 	t.Helper()
 	ctx := context.Background()
 	stats, err := c.Info(ctx, "commandstats").Result()

@@ -14,7 +14,7 @@ import (
 const refCallers = 4
 
 // BenchmarkReferencePattern is the baseline of the credit engine's Redis
-// load (TestRealtimeMeasureRedisLoad): a steady load decided the way
+// load (BenchmarkRealtimeRedisLoad): a steady load decided the way
 // envoyproxy/ratelimit does, one pipeline of INCRBY and EXPIRE per
 // request per descriptor, against a redis-server of its own. Its b.N
 // decisions are sent open loop at the case's rate, so -benchtime sets
