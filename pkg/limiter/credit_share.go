@@ -220,6 +220,7 @@ func (sh *shareState) takeShare(it *SyncItem, snow int64, w Window, sharer bool)
 	}
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
+	it.ShareFloor = sh.reported(w)
 	it.ShareHits, sh.pending = sh.pending, nil
 	sh.pendingN.Store(0)
 	if sh.release.Swap(false) && sharer {
@@ -227,6 +228,21 @@ func (sh *shareState) takeShare(it *SyncItem, snow int64, w Window, sharer bool)
 		sh.none.Store(0)
 		it.Release = snow
 	}
+}
+
+// reported is the share hits the store was told of: the share's state
+// less the hits still pending (SyncItem.ShareFloor). sh.mu must be held.
+func (sh *shareState) reported(w Window) WindowState {
+	f := sh.state
+	for _, h := range sh.pending {
+		switch h.At / int64(w.Period) {
+		case f.Epoch:
+			f.Cur = satSub(f.Cur, uint64(max(h.N, 0)))
+		case f.Epoch - 1:
+			f.Prev = satSub(f.Prev, uint64(max(h.N, 0)))
+		}
+	}
+	return f
 }
 
 // untake puts back what a failed round took.

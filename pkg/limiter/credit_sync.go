@@ -80,6 +80,9 @@ func (e *engine) prepare(cs *creditState, now int64) SyncItem {
 		Share: cs.rule.Tuning.share(), Replicas: int(e.replicas.Load()), Lease: lease,
 	}
 	it.Hits = cs.pushHits(h, snow)
+	if v := cs.view.Load(); v != nil {
+		it.Floor = v.windows
+	}
 	if cs.share != nil {
 		p := int64(cs.ws[0].Period)
 		cs.share.takeShare(&it, snow, cs.ws[0], e.sharers(snow/p*p, now) > 0)

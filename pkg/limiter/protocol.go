@@ -51,7 +51,8 @@ type Reservation struct {
 // Sync applies one replica's item at now (store clock, µs):
 //
 //  1. drop expired reservations and sum the other replicas' live ones;
-//  2. charge the pushed hits, each to the window it was admitted in (always
+//  2. raise the windows to the replica's floor (SyncItem.Floor), then
+//     charge the pushed hits, each to the window it was admitted in (always
 //     recorded, even past the limit: the excess is debt later denials pay);
 //  3. avail = min over windows (remaining − others − unreported static
 //     shares, see ShareRecord);
@@ -84,6 +85,7 @@ func (r *KeyRecord) Sync(replica string, it *SyncItem, now int64) SyncResult {
 			others = satAdd(others, res.Units)
 		}
 	}
+	r.raise(it.Floor)
 	r.charge(it, ws, now)
 	held := r.chargeShares(replica, it, ws, now)
 	if it.Algorithm == SlidingWindow && (it.Denied > 0 || it.Waiting > 0) {
@@ -172,6 +174,23 @@ func shortest(ws []Window) int64 {
 		p = min(p, int64(w.Period))
 	}
 	return p
+}
+
+// raise lifts the windows to a replica's floor (step 2), as the store's
+// doubles hold it.
+func (r *KeyRecord) raise(floor []WindowState) {
+	if len(floor) != len(r.Windows) {
+		return
+	}
+	for i, f := range floor {
+		r.Windows[i].Raise(exact(f))
+	}
+}
+
+// exact is s with every field clamped to ±MaxExact.
+func exact(s WindowState) WindowState {
+	return WindowState{Epoch: max(min(s.Epoch, MaxExact), -MaxExact), Cur: min(s.Cur, MaxExact),
+		Prev: min(s.Prev, MaxExact), TAT: max(min(s.TAT, MaxExact), -MaxExact)}
 }
 
 func (r *KeyRecord) charge(it *SyncItem, ws []Window, now int64) {

@@ -68,8 +68,12 @@ func (r *KeyRecord) chargeShares(replica string, it *SyncItem, ws []Window, now 
 	if r.Shares == nil {
 		r.Shares = make(map[string]ShareRecord)
 	}
-	if len(it.ShareHits) > 0 || it.Release != 0 {
+	floor := sharesOf(it) && it.ShareFloor != (WindowState{})
+	if len(it.ShareHits) > 0 || it.Release != 0 || floor {
 		rec := r.Shares[replica]
+		if floor {
+			rec.State.Raise(exact(it.ShareFloor))
+		}
 		for _, h := range it.ShareHits {
 			if h.N > 0 {
 				rec.State.ChargeAt(w, it.Algorithm, h.At, now, uint64(h.N))

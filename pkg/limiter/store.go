@@ -124,6 +124,19 @@ type SyncItem struct {
 	// are charged to the window like Hits and to the replica's share
 	// record.
 	ShareHits []Hit
+	// Floor is the key's window states as the replica last saw them (its
+	// last SyncResult.Windows, store units), or nil. The store raises its
+	// own to them before it charges the hits (WindowState.Raise): a store
+	// that lost the key, restarted empty or failed over to a copy that
+	// missed writes, gets back the counts the replica saw; one that did
+	// not is unchanged.
+	Floor []WindowState
+	// ShareFloor is, for a rule with static shares, the replica's share
+	// hits the store was told of before this item, as a state of the
+	// share's window; the store raises the replica's share record to it,
+	// so that a record lost with the key does not count again, as
+	// unreported share, units the floor's window counts hold.
+	ShareFloor WindowState
 	// Release, when nonzero, is an instant (store clock, µs): the replica
 	// gives up the rest of its static share of every epoch up to the one
 	// that contains it (the current epoch or the next), because another

@@ -39,6 +39,29 @@ func (c *WindowState) Roll(w Window, now int64) {
 	c.Epoch = e
 }
 
+// Raise lifts c to at least f, a state of the same window seen earlier:
+// every count of an epoch both know becomes the larger of the two, and
+// the TAT the later. A state behind f takes f's epoch (its own count
+// moving to Prev when f is the next epoch). A store that lost a key
+// raised to the states its replicas last saw has every unit back they
+// saw charged; one that did not, which counts at least as much, is left
+// as it was.
+func (c *WindowState) Raise(f WindowState) {
+	switch {
+	case f.Epoch > c.Epoch:
+		prev := f.Prev
+		if f.Epoch == c.Epoch+1 {
+			prev = max(prev, c.Cur)
+		}
+		c.Epoch, c.Cur, c.Prev = f.Epoch, f.Cur, prev
+	case f.Epoch == c.Epoch:
+		c.Cur, c.Prev = max(c.Cur, f.Cur), max(c.Prev, f.Prev)
+	case f.Epoch == c.Epoch-1:
+		c.Prev = max(c.Prev, f.Cur)
+	}
+	c.TAT = max(c.TAT, f.TAT)
+}
+
 // interval is the token bucket's emission interval, rounded up so the
 // bucket never refills faster than Limit per Period.
 func interval(w Window) int64 {

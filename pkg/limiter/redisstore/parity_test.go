@@ -402,7 +402,43 @@ func (p *parity) item(key string) limiter.SyncItem {
 		it.Hits = append(it.Hits, p.hit(r, key))
 	}
 	p.shares(&it, r, key)
+	p.floors(&it, r, key)
 	return it
+}
+
+// floors draws an item's floors, most items none: the windows as the
+// key's last reply left them (a replica's view, against a store that kept
+// them or, for a key new to it, lost them), or states of epochs around
+// the store's, counts from none to past the limit; and for an item with
+// share hits or a share epoch, a share floor.
+func (p *parity) floors(it *limiter.SyncItem, r limiter.Rule, key string) {
+	if p.rng.IntN(3) != 0 {
+		return
+	}
+	if st := p.states[key]; len(st) == len(r.Windows) && p.rng.IntN(2) == 0 {
+		it.Floor = st
+	} else {
+		it.Floor = make([]limiter.WindowState, len(r.Windows))
+		for i, w := range r.Windows {
+			it.Floor[i] = p.floorState(w, r.Algorithm)
+		}
+	}
+	if it.ShareEpoch != 0 || len(it.ShareHits) > 0 {
+		it.ShareFloor = p.floorState(r.Windows[0], r.Algorithm)
+	}
+}
+
+// floorState draws one window's floor around the store's now.
+func (p *parity) floorState(w limiter.Window, a limiter.Algorithm) limiter.WindowState {
+	per := int64(w.Period / time.Microsecond)
+	e := p.lastNow / per
+	if a == limiter.TokenBucket { // an arrival time near now: far ones leave the exact range
+		return limiter.WindowState{TAT: p.lastNow + p.rng.Int64N(2*per+1) - per}
+	}
+	count := func() uint64 {
+		return []uint64{0, 1 + p.rng.Uint64N(w.Limit+2), w.Limit, 1 << 50}[p.rng.IntN(4)]
+	}
+	return limiter.WindowState{Epoch: []int64{e, e, e - 1, e + 1, e - 3, 0}[p.rng.IntN(6)], Cur: count(), Prev: count()}
 }
 
 // shares draws an item's static shares, mostly for rules of one fixed

@@ -184,7 +184,32 @@ func appendRateArgs(args []any, it *limiter.SyncItem) []any {
 	for _, h := range it.ShareHits {
 		args = append(args, clampI(h.At), clampI(h.N))
 	}
-	return args
+	if len(it.Floor) == len(it.Windows) {
+		args = append(args, len(it.Floor))
+		for _, f := range it.Floor {
+			args = append(args, stateArg(f))
+		}
+	} else {
+		args = append(args, 0)
+	}
+	if it.ShareFloor == (limiter.WindowState{}) {
+		return append(args, "")
+	}
+	return append(args, stateArg(it.ShareFloor))
+}
+
+// stateArg is a window state as the record holds one: "epoch cur prev
+// tat", each clamped to what the script's doubles hold exactly.
+func stateArg(s limiter.WindowState) string {
+	b := make([]byte, 0, 48)
+	b = strconv.AppendInt(b, clampI(s.Epoch), 10)
+	b = append(b, ' ')
+	b = strconv.AppendUint(b, uint64(clampU(s.Cur)), 10)
+	b = append(b, ' ')
+	b = strconv.AppendUint(b, uint64(clampU(s.Prev)), 10)
+	b = append(b, ' ')
+	b = strconv.AppendInt(b, clampI(s.TAT), 10)
+	return string(b)
 }
 
 // decodeSyncs reads one rate.lua reply, one entry per item, into out.

@@ -19,7 +19,9 @@
 --          lease(µs), n hits, then per hit: at(µs) units (negative: a
 --          refund); share epoch (0: no shares), sharers, sharers of the
 --          next epoch, release(µs, 0: none), n share hits, then per share
---          hit: at(µs) units.
+--          hit: at(µs) units; n floors (0 or n windows), then per window
+--          the replica's floor, "epoch cur prev tat"; the share floor in
+--          the same form ("": none).
 -- Reply    per key: now, credit, others' reservations, others' shares
 --          held (Others is their sum, saturated in Go), pressed (1 or 0),
 --          expires(µs), contended (1 or 0), then per window: epoch cur
@@ -53,19 +55,21 @@ end
 -- releases ends, and whether a reservation may outlive the epoch
 -- (carry); then whether the rule has static shares (sharesOf; if not,
 -- the rest are zero).
-local function charge_shares(rec, ws, se, n, nn, share, h, nsh, release)
+local function charge_shares(rec, ws, se, n, nn, share, h, nsh, release, sfloor)
   local has = se > 0 and #ws == 1 and alg == FIXED
   if not has and nsh == 0 and release == 0 then return 0, 0, 0, 0, false, false end
   local w = ws[1]
   local epoch = w.e
-  if nsh > 0 or release ~= 0 then
+  local sf = has and sfloor
+  if nsh > 0 or release ~= 0 or sf then
     if rec.shares == NOSHARES then rec.shares = {} end
     local r = rec.shares[myshare]
     if r == nil then
-      r = {s = {epoch = 0, cur = 0, prev = 0, tat = 0}, rel = 0}
+      r = {s = {epoch = 0, cur = 0, prev = 0, tat = 0}, rel = 0, dirty = true}
       rec.shares[myshare] = r
       rec.nshares = rec.nshares + 1
     end
+    if sf and raise(r.s, sf) then r.dirty = true end
     for k = 0, nsh - 1 do
       local units = num(h + 2 * k + 1)
       if units > 0 then
@@ -75,7 +79,7 @@ local function charge_shares(rec, ws, se, n, nn, share, h, nsh, release)
     if release ~= 0 then -- the current epoch or the next
       r.rel = max(r.rel, min(idiv(release, w.p), epoch + 1))
     end
-    r.dirty = true
+    if nsh > 0 or release ~= 0 then r.dirty = true end
   end
   local shares = rec.shares
   for f, r in pairs(shares) do
@@ -146,18 +150,29 @@ local function sync(key, a)
   local nsh = num(a + 4)
   local shits = a + 5
   a = shits + 2 * nsh
+  local nf = num(a)
+  local floors = a + 1
+  local sfloor = window_state(args[floors + nf])
+  a = floors + nf + 1
   if share <= 0 or share > 1 then share = 1 end
   if nrep < 1 then nrep = 1 end
 
   local rec = load(key, nw)
   local st = rec.st
 
-  -- 2. charge the hits and the share hits, each to the window it was
-  -- admitted in; the share hits to this replica's share record too.
+  -- 2. raise the windows to the replica's floor, then charge the hits and
+  -- the share hits, each to the window it was admitted in; the share hits
+  -- to this replica's share record too, raised to its share floor first.
+  if nf == nw then
+    for i = 1, nw do
+      local f = window_state(args[floors + i - 1])
+      if f then raise(st[i], f) end
+    end
+  end
   charge(st, ws, hits, nh)
   charge(st, ws, shits, nsh)
   local held, ownheld, released, returns, carry, has =
-    charge_shares(rec, ws, se, sharers, nnext, share, shits, nsh, release)
+    charge_shares(rec, ws, se, sharers, nnext, share, shits, nsh, release, sfloor)
 
   -- A sliding window is pressed for its shortest period from a report of
   -- requests waiting or denied.

@@ -108,6 +108,23 @@ local function roll(s, w)
   s.epoch = e
 end
 
+-- WindowState.Raise: s lifted to at least f, a state of the same window
+-- seen earlier (a replica's floor); it reports whether s changed.
+local function raise(s, f)
+  local e, c, p, t = s.epoch, s.cur, s.prev, s.tat
+  if f.epoch > e then
+    local prev = f.prev
+    if f.epoch == e + 1 then prev = max(prev, c) end
+    s.epoch, s.cur, s.prev = f.epoch, f.cur, prev
+  elseif f.epoch == e then
+    s.cur, s.prev = max(c, f.cur), max(p, f.prev)
+  elseif f.epoch == e - 1 then
+    s.prev = max(p, f.cur)
+  end
+  s.tat = max(t, f.tat)
+  return s.epoch ~= e or s.cur ~= c or s.prev ~= p or s.tat ~= t
+end
+
 -- interval: the token bucket's emission interval, rounded up.
 local function interval(w)
   return idiv(w.p + w.limit - 1, w.limit)
