@@ -55,6 +55,16 @@
 // contended, and the key is shared by credit alone. Sliding windows,
 // token buckets and rules of several windows are shared by credit alone.
 //
+// A store that loses its state (Redis restarted without persistence, or
+// failed over to a copy that missed writes) gets the counts back from the
+// replicas: every sync item carries the key's last view as a floor, and a
+// static share's reported hits, which the store raises its state to
+// before charging (WindowState.Raise). A window that lost its record
+// admits at most its limit plus the credit the replicas held unspent at
+// that instant, which the store may grant again before each holder syncs
+// (TestSimStoreWipedMidWindow, TestRealtimeRedisWiped); without floors it
+// admitted its limit over again.
+//
 // Retry-After. A denial carries the time until every window admits the
 // request's units again; a retry at that instant is admitted unless other
 // traffic spent the budget first. It never undershoots.
