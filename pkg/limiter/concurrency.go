@@ -164,7 +164,7 @@ func (s *slots) claim(handBack bool) int64 {
 }
 
 // slotRound renews the leases of keys with slots and hands idle spare
-// slots back; the sync loop calls it every tick.
+// slots back; runUpkeep calls it every tick.
 func (e *engine) slotRound(ctx context.Context) {
 	now := e.now()
 	var due []*slots

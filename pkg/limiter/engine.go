@@ -101,7 +101,7 @@ type engine struct {
 	kickCh     chan struct{}
 	pendingMu  sync.Mutex
 	pending    []*creditState // keys that asked for a sync since the last round
-	lastScan   int64          // local ns of the last full scan (sync loop only)
+	lastScan   int64          // local ns of the last full scan (runRounds only)
 	members    atomic.Pointer[memberView]
 	// feedPushed: the store's feed is read by followFeed, not polled.
 	feedPushed atomic.Bool
@@ -110,12 +110,12 @@ type engine struct {
 	active     []*creditState // keys that synced and have not gone idle since (scanDue)
 	contMu     sync.Mutex
 	contended  map[string]*contention // keys other replicas need the shares of
-	contCursor string                 // where the contention feed is read from (sync loop only)
+	contCursor string                 // where the contention feed is read from (one reader: runUpkeep or followFeed)
 	metrics    syncMetrics
 	started    int64 // local ns the sync loop started
 	// degradedUnits counts the units admitted in degraded mode.
 	degradedUnits atomic.Int64
-	outage        outage // the store's health as last logged (sync loop only)
+	outage        outage // the store's health as last logged (runUpkeep only)
 }
 
 // newEngine builds the credit engine of l's settings.

@@ -6,7 +6,7 @@ import (
 
 // outage follows the store's health for the operator: one warning when
 // the engine begins to decide without the store, one line when the store
-// answers again. The sync loop owns it.
+// answers again. runUpkeep owns it.
 type outage struct {
 	in        bool   // the last store call failed
 	warned    bool   // the warning was logged
@@ -18,7 +18,7 @@ type outage struct {
 // watchHealth logs the store's outages: at warn once decisions go
 // degraded, at info when the store is back, with how long it was away,
 // how many decisions were degraded and how many units they admitted,
-// which the keys' next rounds push to the store. The sync loop calls it
+// which the keys' next rounds push to the store. runUpkeep calls it
 // after each round.
 func (e *engine) watchHealth(now int64) {
 	o := &e.outage

@@ -3,6 +3,7 @@ package limiter
 import (
 	"context"
 	"math"
+	"sync"
 	"time"
 )
 
@@ -50,22 +51,73 @@ func (e *engine) kick() {
 // storeNow estimates the store clock (µs) at local instant now (ns).
 func (e *engine) storeNow(now int64) int64 { return now/1000 + e.offset.Load() }
 
-// runSync is the credit engine's loop: heartbeats, sync rounds when keys
-// are due or a request asks, and the final push at shutdown.
+// runSync is the credit engine's loops: sync rounds when keys are due or
+// a request asks (runRounds), and beside them the upkeep of heartbeats,
+// the contention poll, concurrency slot leases and health (runUpkeep),
+// each loop on its own goroutine, so that a round a request waits for
+// never queues behind a heartbeat or a slot round; then, once both have
+// stopped, the final push.
 func (e *engine) runSync(ctx context.Context) {
-	t := time.NewTicker(tick)
-	defer t.Stop()
 	e.started = e.now()
 	e.heartbeat(ctx)
+	var wg sync.WaitGroup
+	wg.Go(func() { e.runRounds(ctx) })
+	wg.Go(func() { e.runUpkeep(ctx) })
+	wg.Wait()
+	e.shutdown()
+}
+
+// maxRounds bounds the sync rounds in flight at once. A request that
+// asks for a round while one is in flight gets its own at once, rather
+// than after the round in flight and the next: with the store's round
+// trip near StoreTimeout, waiting for two would leave it to time out.
+const maxRounds = 4
+
+// runRounds runs a sync round every tick and whenever a request asks,
+// up to maxRounds at once; a key is in one round at a time. The full
+// scans are decided here, so only this loop reads and sets lastScan.
+func (e *engine) runRounds(ctx context.Context) {
+	t := time.NewTicker(tick)
+	defer t.Stop()
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	done := make(chan struct{}, maxRounds)
+	inFlight, owed := 0, false
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		case <-e.kickCh:
+		case <-done:
+			if inFlight--; !owed {
+				continue
+			}
+		}
+		if owed = inFlight == maxRounds; owed {
+			continue // the next round to end starts the one asked for
+		}
+		inFlight++
+		full := e.fullScanDue(e.now())
+		wg.Go(func() {
+			e.round(ctx, full)
+			done <- struct{}{}
+		})
+	}
+}
+
+// runUpkeep heartbeats, polls the contention feed where the store cannot
+// push it, renews slot leases and follows the store's health, every tick.
+func (e *engine) runUpkeep(ctx context.Context) {
+	t := time.NewTicker(tick)
+	defer t.Stop()
 	started := e.now()
 	lastBeat, lastRead := started, started
 	for {
 		select {
 		case <-ctx.Done():
-			e.shutdown()
 			return
 		case <-t.C:
-		case <-e.kickCh:
 		}
 		now := e.now()
 		every := int64(heartbeatEvery)
@@ -83,7 +135,6 @@ func (e *engine) runSync(ctx context.Context) {
 			e.readContention(ctx)
 			lastRead = now
 		}
-		e.syncRound(ctx)
 		e.slotRound(ctx)
 		e.watchHealth(e.now())
 	}
@@ -163,10 +214,14 @@ func (l *Limiter) SyncRound(ctx context.Context) {
 }
 
 // syncRound runs one round now (SyncRound).
-func (e *engine) syncRound(ctx context.Context) {
+func (e *engine) syncRound(ctx context.Context) { e.round(ctx, e.fullScanDue(e.now())) }
+
+// round runs one round: the keys that asked and, on a full scan, every
+// key that is due. Rounds may overlap (runRounds); each key is in one.
+func (e *engine) round(ctx context.Context, full bool) {
 	now := e.now()
 	released := e.releases(now)
-	due := e.collectDue(now, e.fullScanDue(now))
+	due := e.collectDue(now, full)
 	if len(due) == 0 && len(released) == 0 {
 		return
 	}
@@ -262,7 +317,7 @@ func (e *engine) scanDue(now int64) []*creditState {
 		cs.mu.Lock()
 		defer cs.mu.Unlock()
 		cs.snapshotBoundary(snow)
-		if cs.inflight {
+		if cs.inflight || cs.collected { // in a round, or listed for one
 			return
 		}
 		starved := cs.starvedInNewWindow(snow) && now-cs.lastUse.Load() < int64(quietInterval)
