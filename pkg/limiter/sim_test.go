@@ -680,7 +680,7 @@ func TestSimRefundStaysBacked(t *testing.T) {
 func TestSimJitteredLoad(t *testing.T) {
 	const secs, seeds = 30, 3
 	type bound struct{ waited, denied, rounds float64 } // %, %, per second
-	bounds := map[limiter.Algorithm][2]bound{ // 1 replica, 4 replicas
+	bounds := map[limiter.Algorithm][2]bound{           // 1 replica, 4 replicas
 		limiter.FixedWindow:   {{1, 0.3, 4}, {5, 0.3, 4}},
 		limiter.SlidingWindow: {{9, 1.6, 22}, {66, 1.9, 16}},
 		limiter.TokenBucket:   {{0.2, 0.05, 4}, {0.2, 0.05, 4}},
