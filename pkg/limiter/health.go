@@ -19,7 +19,7 @@ type outage struct {
 // degraded, at info when the store is back, with how long it was away,
 // how many decisions were degraded and how many units they admitted,
 // which the keys' next rounds push to the store. runUpkeep calls it
-// after each round.
+// every tick.
 func (e *engine) watchHealth(now int64) {
 	o := &e.outage
 	healthy := e.storeHealthy()
