@@ -23,21 +23,26 @@ func (e *engine) wait(cs *creditState, rule *Rule, n int64, now int64) Result {
 		e.enqueue(cs)
 	}
 	e.kick()
-	t := time.NewTimer(rule.Tuning.storeTimeout())
+	timeout := rule.Tuning.storeTimeout()
+	t := time.NewTimer(timeout)
 	defer t.Stop()
-	last := now + int64(rule.Tuning.storeTimeout()+contentionWait)
+	second, last := now+2*int64(timeout), now+int64(timeout+contentionWait)
 	for {
 		select {
 		case ok := <-w.done:
 			return e.afterWait(cs, ok, n, cold)
 		case <-t.C:
 		}
-		// Past StoreTimeout, a waiter on a key the store published as
-		// contended waits on for the other replicas to release their
+		// Past StoreTimeout, on a store fast as a rule, a waiter waits
+		// on: until its round answers, for one more StoreTimeout (the
+		// round it asked for may have had to wait for the one in flight,
+		// whose round trip was near StoreTimeout); on a key the store
+		// published as contended, for the other replicas to release their
 		// shares: the window is not full, only held. Not on a store too
-		// slow for the releases and the next round to come in time.
+		// slow for a round, or the releases and the next round, to come
+		// in time.
 		now := e.now()
-		until := min(cs.releasing.Load(), last)
+		until := min(max(cs.releasing.Load(), second), last)
 		if until <= now || !e.fastStore() {
 			break
 		}

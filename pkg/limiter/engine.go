@@ -101,7 +101,7 @@ type engine struct {
 	kickCh     chan struct{}
 	pendingMu  sync.Mutex
 	pending    []*creditState // keys that asked for a sync since the last round
-	lastScan   int64          // local ns of the last full scan (runRounds only)
+	lastScan   int64          // local ns of the last full scan (the rounds loop only)
 	members    atomic.Pointer[memberView]
 	// feedPushed: the store's feed is read by followFeed, not polled.
 	feedPushed atomic.Bool

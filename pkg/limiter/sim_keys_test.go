@@ -320,11 +320,12 @@ func TestSimSkewedManyKeys(t *testing.T) {
 
 // TestSimSkewedRoundsNearTimeout: the skewed mix of TestSimSkewedManyKeys
 // with every store call 8 ms late, a round trip just under StoreTimeout
-// (10 ms), as on a busy machine. A request that asks for a round while
-// one is in flight gets its own round at once (runRounds), so it is
-// answered within its StoreTimeout; when the next round had to wait for
-// the one in flight, 330 key-seconds sent at most the limit saw a
-// denial, keys sent 3 in a second among them. No window may go over.
+// (10 ms), as on a busy machine. The round a request asks for may have
+// to wait for the one in flight, and come after StoreTimeout; on a store
+// that is fast as a rule the request waits one more StoreTimeout for it.
+// When it did not, 314–334 key-seconds sent at most the limit saw a
+// denial, keys sent 3 in a second among them. No window may go over, and
+// no decision waits longer than StoreTimeout + contentionWait.
 func TestSimSkewedRoundsNearTimeout(t *testing.T) {
 	r := keySim{rule: perSecond(10), replicas: 4, keys: 1000, zipf: 1.1, rate: 3000,
 		duration: 20 * time.Second, measureFrom: 5 * time.Second,
@@ -340,8 +341,11 @@ func TestSimSkewedRoundsNearTimeout(t *testing.T) {
 	}
 	t.Logf("%d requests; %d windows over; %d key-seconds denied under the limit (denials by mode %v); %d waited, the longest %v",
 		r.requests, over, under, modes, r.waited, r.longest)
-	if under > 60 {
-		t.Errorf("%d key-seconds denied though sent no more than the limit; measured 29–35 with rounds that overlap", under)
+	if under > 20 {
+		t.Errorf("%d key-seconds denied though sent no more than the limit; measured 7", under)
+	}
+	if r.longest > 60*time.Millisecond+time.Millisecond {
+		t.Errorf("a decision took %v > StoreTimeout + contentionWait", r.longest)
 	}
 }
 

@@ -11,8 +11,8 @@ import (
 // each replica's held and reserved slots; and the replica registry. The
 // Limiter calls it from its background loops only, never on the request
 // path except for a waiter bounded by the rule's StoreTimeout; the loops
-// call it concurrently (a few sync rounds may overlap, beside heartbeats
-// and slot rounds), so an implementation must be safe for concurrent use.
+// call it concurrently (sync rounds beside heartbeats and slot rounds), so
+// an implementation must be safe for concurrent use.
 //
 // Every method is one round trip and takes a batch, so a sync round costs
 // one pipeline however many keys are due. All instants are the store's
