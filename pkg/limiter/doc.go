@@ -22,9 +22,9 @@
 // the store is healthy the replicas together never admit more than the
 // limit. A request that finds no credit waits for a round at most the
 // rule's StoreTimeout (twice it on a store fast as a rule, whose round
-// may have waited for the one in flight); past it, it is admitted from the quarter of the
-// credit the hot path holds back for late rounds (still covered by the
-// reservation), or denied. Credit is asked for at half spent, sized from
+// may have waited for the one in flight); past it, it is admitted from
+// the quarter of the credit the hot path holds back for late rounds
+// (still covered by the reservation), or denied. Credit is asked for at half spent, sized from
 // the key's rate; once over half of a window is used or reserved, a
 // replica holds credit only to a fixed window's end (a sliding window's
 // next sync) and hands the rest back, and the store gives a replica that
