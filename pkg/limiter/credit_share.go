@@ -179,6 +179,19 @@ func (sh *shareState) spentElsewhere(ws []Window, n, snow int64) {
 	sh.state.Charge(ws[0], FixedWindow, snow, uint64(n))
 }
 
+// spentIn is what this replica's share of window w (store units) has
+// admitted in the epoch of snow, with what degraded mode charged to it.
+func (sh *shareState) spentIn(w Window, snow int64) uint64 {
+	if sh == nil {
+		return 0
+	}
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	s := sh.state
+	s.Roll(w, snow)
+	return s.Cur
+}
+
 // shareFits reports whether n units fit in key cs's static share now.
 func (e *engine) shareFits(cs *creditState, n, now int64) bool {
 	ok, _ := e.spendShare(cs, n, now, true)

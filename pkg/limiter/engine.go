@@ -305,15 +305,21 @@ func (e *engine) degradedDecide(cs *creditState, rule *Rule, n int64, now int64)
 
 // seedFallback starts the local windows of degraded mode from this
 // replica's share of the last view plus its unpushed admits, so entering
-// fail-static in mid-window does not hand out a fresh ⌈L/N⌉. cs.mu must be
-// held.
+// fail-static in mid-window does not hand out a fresh ⌈L/N⌉; a key that
+// never synced, from what its static share admitted in the window.
+// cs.mu must be held.
 func (cs *creditState) seedFallback(e *engine, rule *Rule, shares uint64, now int64) []WindowState {
 	fb := make([]WindowState, len(rule.Windows))
 	view := cs.view.Load()
+	snow := e.storeNow(now)
+	if view == nil && cs.share != nil {
+		w := cs.ws[0]
+		fb[0] = WindowState{Epoch: snow / int64(w.Period), Cur: cs.share.spentIn(w, snow) + uint64(max(cs.hits.Load(), 0))}
+		return fb
+	}
 	if view == nil || rule.Algorithm == TokenBucket {
 		return fb
 	}
-	snow := e.storeNow(now)
 	pending := uint64(max(cs.hits.Load(), 0) + cs.share.pendingUnits())
 	for i, w := range cs.ws {
 		v := view.windows[i]

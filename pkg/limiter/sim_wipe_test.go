@@ -4,6 +4,7 @@ import (
 	"context"
 	"sync"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/ratelimit-svc/ratelimit-svc/pkg/limiter"
@@ -93,4 +94,44 @@ func TestSimStoreWipedMidWindow(t *testing.T) {
 			t.Errorf("%v: admitted %d and %d, want near the limit of 100 in each minute", alg, first, second)
 		}
 	}
+}
+
+// TestSimOutageOnShares: a 100/minute key on one replica admits 60 from
+// its static share alone (it never syncs: nothing to ask the store for),
+// then the store goes away. Degraded mode starts the key's local window
+// from what its share admitted in the minute, so the minute admits at
+// most its limit; it started from nothing, and the minute admitted 160.
+func TestSimOutageOnShares(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		st := &switchStore{Store: memstore.New(nil)}
+		l := limiter.New(limiter.WithStore(st, "r"))
+		ctx, cancel := context.WithCancel(context.Background())
+		done := make(chan struct{})
+		go func() { defer close(done); l.Run(ctx) }()
+		// The first minute that begins a lease after the replica joined.
+		time.Sleep(time.Until(time.Now().Truncate(time.Minute).Add(time.Minute)))
+		rule := perMinute(100)
+		req := []limiter.Request{{Key: []byte("k|" + rule.Fingerprint()), Rule: rule}}
+		out := make([]limiter.Result, 1)
+		admitted := 0
+		for i := range 200 {
+			if i == 60 {
+				st.down.Store(true)
+				time.Sleep(2 * time.Second) // past CacheTTL: degraded
+			}
+			if ok, _ := l.Decide(req, out); ok {
+				admitted++
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+		cancel()
+		<-done
+		t.Logf("admitted %d in the minute; decisions %v", admitted, l.Stats().Decisions)
+		if admitted > 100 {
+			t.Errorf("the minute admitted %d > 100", admitted)
+		}
+		if admitted < 100 {
+			t.Errorf("the minute admitted %d, want its limit of 100 (offered 200)", admitted)
+		}
+	})
 }
