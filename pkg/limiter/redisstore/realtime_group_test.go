@@ -47,8 +47,9 @@ func rtShareWindow(t *testing.T, g *rtGroup, p, need time.Duration) time.Time {
 	return start
 }
 
-func rtPerMinute(limit uint64) *limiter.Rule {
-	return &limiter.Rule{Windows: []limiter.Window{{Limit: limit, Period: time.Minute}}}
+// rtPer is a rule of one fixed window: limit per period p.
+func rtPer(limit uint64, p time.Duration) *limiter.Rule {
+	return &limiter.Rule{Windows: []limiter.Window{{Limit: limit, Period: p}}}
 }
 
 func rtPerSecond(limit uint64) *limiter.Rule {

@@ -5,10 +5,14 @@ package redisstore_test
 // TestSimSkewedManyKeys, TestSimScaleOut and TestSimRestart run on a
 // virtual clock: here the replicas share a real redis-server and the
 // callers pace their requests on the wall clock. A replica holds a static
-// share only of the windows that begin a lease after it joined, so the
-// per-minute scenarios wait for such a minute; they run in parallel with
-// each other (t.Parallel, before they start any replica, so that idle
-// replicas do not load the real-time tests that run alone).
+// share only of the windows that begin a lease after it joined, so a
+// scenario waits for such a window. The design's per-minute rows run on
+// windows of rtPeriod: still well above a lease and a heartbeat (4 s) and
+// the sync intervals (1 s at most), so replicas join, hold shares and
+// leave within a window as they do within a minute, but a run waits
+// seconds, not most of a minute, for a window to begin. They run in
+// parallel with each other (t.Parallel, before they start any replica, so
+// that idle replicas do not load the real-time tests that run alone).
 
 import (
 	"fmt"
@@ -23,20 +27,31 @@ import (
 	"github.com/ratelimit-svc/ratelimit-svc/pkg/limiter"
 )
 
+// rtPeriod is the window of the scenarios the design states per minute.
+const rtPeriod = 10 * time.Second
+
 // TestRealtimeManyKeysFarBelowLimit is the design's first many-keys row:
-// 20 000 keys under a 100/minute rule, 3 000 requests a second over them
-// uniformly (0.15 a key a second), on 2 and on 4 replicas, for 5 s of a
-// minute the replicas hold static shares of. No key's window is over its
-// limit, nothing is denied and no decision waits for Redis. Excused, and
-// logged: an admission in a minute's first second that waited (a request
-// within the clock's uncertainty of the boundary waits until the epoch is
-// known), and a wait or denial within a lease after the process stalled
-// for rtStallExcuse or more (a replica whose copy of the registry is older
-// than a lease less a heartbeat holds no share of a key it has not seen).
+// 20 000 keys under a rule of 100 per rtPeriod, 3 000 requests a second
+// over them uniformly (0.15 a key a second), on 2 and on 4 replicas, for
+// 5 s of a window the replicas hold static shares of. No key's window is
+// over its limit, nothing is denied and no decision waits for Redis.
+// Excused, and logged: an admission in a window's first second that
+// waited (a request within the clock's uncertainty of the boundary waits
+// until the epoch is known), and a wait or denial within a lease after
+// the process stalled for rtStallExcuse or more (a replica whose copy of
+// the registry is older than a lease less a heartbeat holds no share of a
+// key it has not seen).
+//
+// The limit is the design's 100, not scaled down with the period: a key
+// gets 0.75 requests in the run on average (a handful at most) against
+// static shares of 50 or 25, as in 5 s of a 100/minute window. Scaled to
+// 17 per 10 s, the shares would be 4 on 4 replicas, and in about one run
+// in eight some key would get a fifth request on one replica: no longer
+// far below its share.
 func TestRealtimeManyKeysFarBelowLimit(t *testing.T) {
 	rtSkipShort(t)
 	t.Parallel()
-	rule := rtPerMinute(100)
+	rule := rtPer(100, rtPeriod)
 	keys := rtKeys(rule, 20000)
 	var groups []*rtGroup
 	var admins []*redis.Client
@@ -52,7 +67,8 @@ func TestRealtimeManyKeysFarBelowLimit(t *testing.T) {
 
 func rtManyKeys(t *testing.T, g *rtGroup, admin *redis.Client, rule *limiter.Rule, keys [][]byte) {
 	const seconds = 5
-	start := rtShareWindow(t, g, time.Minute, (seconds+1)*time.Second)
+	w := rule.Windows[0]
+	start := rtShareWindow(t, g, w.Period, (seconds+1)*time.Second)
 	end := start.Add(seconds * time.Second)
 	time.Sleep(time.Until(start.Add(-50 * time.Millisecond))) // the run is scheduled in real time
 	stalls := rtWatchStalls()
@@ -71,7 +87,7 @@ func rtManyKeys(t *testing.T, g *rtGroup, admin *redis.Client, rule *limiter.Rul
 		if !c.ok {
 			denied++
 		}
-		if c.start%int64(time.Minute) < int64(time.Second) && c.ok {
+		if c.start%int64(w.Period) < int64(time.Second) && c.ok {
 			firstSecond[c.mode.String()]++
 			continue
 		}
@@ -93,7 +109,7 @@ func rtManyKeys(t *testing.T, g *rtGroup, admin *redis.Client, rule *limiter.Rul
 		}
 	}
 	lat, _ := rtLatencies(calls)
-	t.Logf("%d decisions (%.0f a second) on %d keys; %d denied; modes %v; admitted in a minute's first second %v",
+	t.Logf("%d decisions (%.0f a second) on %d keys; %d denied; modes %v; admitted in a window's first second %v",
 		len(calls), float64(len(calls))/seconds, len(touched), denied, rtModes(calls), firstSecond)
 	t.Logf("decision latency: %s; scheduler: %v", lat, stalls)
 	t.Logf("%d sync rounds; %s", rounds1-rounds0, rtRedisLoad(before, after, len(calls)))
@@ -106,28 +122,32 @@ func rtManyKeys(t *testing.T, g *rtGroup, admin *redis.Client, rule *limiter.Rul
 		t.Errorf("%d decisions of keys far below their limit waited for Redis or were denied: %s",
 			len(unexcused), strings.Join(unexcused[:min(5, len(unexcused))], "; "))
 	}
-	from := start.Unix() / 60
-	rtAssertWithin(t, calls, 100, time.Minute, from, (end.Unix()-1)/60+1)
+	from := start.UnixNano() / int64(w.Period)
+	rtAssertWithin(t, calls, int(w.Limit), w.Period, from, (end.UnixNano()-1)/int64(w.Period)+1)
 }
 
 // TestRealtimeScaleOut: 2 → 4 replicas in the middle of a window at 5×
 // the limit of one key; every window stays within the limit. Per second
 // (50/s): two replicas are added 2.5 s into a run of about 8 s, whose
-// last windows have four sharers. Per minute (100/min): two are added
-// 6 s into the run, within a minute the first two hold static shares of
-// and while those shares still have room, and the run goes on 15 s into
-// the next minute, which the four share.
+// last windows have four sharers. Per rtPeriod (100 per 10 s, the
+// design's per-minute case): two are added 1 s into the run, within a
+// window the first two hold static shares of, while those shares still
+// have room (half of the limit is admitted by then) and at least 4 s (a
+// lease and a heartbeat) before the next window begins; the run goes on
+// 5 s into that next window, which the four share (their shares, 25 each,
+// are spent 2 s into it).
 func TestRealtimeScaleOut(t *testing.T) {
 	rtSkipShort(t)
 	t.Parallel()
 	srv := redistest.Start(t)
-	minute := rtGroupStart(t, srv.Addr, "realtime-scale-minute", 2)
+	// Started first: their lease passes while the per-second case runs.
+	long := rtGroupStart(t, srv.Addr, "realtime-scale-long", 2)
 	t.Run("per second", func(t *testing.T) {
 		g := rtGroupStart(t, redistest.Start(t).Addr, "realtime-scale-second", 2)
 		rtScaleOut(t, g, rtPerSecond(50), 2500*time.Millisecond, 7*time.Second, 8)
 	})
-	t.Run("per minute", func(t *testing.T) {
-		rtScaleOut(t, minute, rtPerMinute(100), 6*time.Second, 15*time.Second, 4)
+	t.Run(fmt.Sprint("per ", rtPeriod), func(t *testing.T) {
+		rtScaleOut(t, long, rtPer(100, rtPeriod), time.Second, rtPeriod/2, 4)
 	})
 }
 
@@ -159,23 +179,26 @@ func rtScaleOut(t *testing.T, g *rtGroup, rule *limiter.Rule, addAt, tail time.D
 	rtAssertWithin(t, calls, int(w.Limit), w.Period, from, to)
 }
 
-// TestRealtimeReplicaRestart: four replicas share a key under 100/minute,
-// offered twice the limit, in a minute they hold static shares of (from
-// its start, or from now if 40 s of it are left). A third of the way to
-// the minute's end, while the shares still have room, one replica is
-// killed (cut off from Redis, then stopped: the hits it admitted from its
-// share never reach Redis and the share is never released) and a new one
-// started. The minute admits no more than the limit: the dead replica's
-// share stays reserved until the window ends.
+// TestRealtimeReplicaRestart: four replicas share a key under 100 per
+// rtPeriod (the design's per-minute row), offered twice the limit, from
+// the start of a window they hold static shares of. A third of the way
+// through it, while the shares still have room, one replica is killed
+// (cut off from Redis, then stopped: the hits it admitted from its share
+// never reach Redis and the share is never released) and a new one
+// started. The window admits no more than the limit: the dead replica's
+// share stays reserved until the window ends, also once its lease has
+// ended (at most a lease after the kill, over 3 s before the window
+// ends).
 func TestRealtimeReplicaRestart(t *testing.T) {
 	rtSkipShort(t)
 	t.Parallel()
 	srv := redistest.Start(t)
-	rule := rtPerMinute(100)
+	rule := rtPer(100, rtPeriod)
+	w := rule.Windows[0]
 	g := rtGroupStart(t, srv.Addr, "realtime-replica-restart", 4)
-	start := rtShareWindow(t, g, time.Minute, 40*time.Second)
-	end := start.Truncate(time.Minute).Add(time.Minute)
-	killAt := start.Add(end.Sub(start) / 3)
+	start := rtShareWindow(t, g, w.Period, w.Period)
+	end := start.Add(w.Period)
+	killAt := start.Add(w.Period / 3)
 	var killed *rtReplica
 	var restarted sync.WaitGroup
 	restarted.Go(func() {
@@ -187,7 +210,7 @@ func TestRealtimeReplicaRestart(t *testing.T) {
 		g.add()
 	})
 	stalls := rtWatchStalls()
-	calls := g.run(rtTraffic{rule: rule, keys: rtKeys(rule, 1), rate: 2 * 100 / 60.0, callers: 4}, start, end)
+	calls := g.run(rtTraffic{rule: rule, keys: rtKeys(rule, 1), rate: 2 * float64(w.Limit) / w.Period.Seconds(), callers: 4}, start, end)
 	stalls.close()
 	restarted.Wait()
 	rtErrors(t, calls)
@@ -197,14 +220,14 @@ func TestRealtimeReplicaRestart(t *testing.T) {
 			before++
 		}
 	}
-	from := start.Unix() / 60
+	from := start.UnixNano() / int64(w.Period)
 	lat, _ := rtLatencies(calls)
-	t.Logf("%d requests in the minute from +%v, %d admitted, %d of them before the kill at +%v; %s admitted %d before it was killed",
-		len(calls), start.Sub(start.Truncate(time.Minute)).Round(time.Millisecond), rtAdmitted(calls, 0, time.Minute, from, from+1)[0],
-		before, killAt.Sub(start.Truncate(time.Minute)).Round(time.Millisecond), killed.name, killed.admitted.Load())
+	t.Logf("%d requests in the window, %d admitted, %d of them before the kill at +%v; %s admitted %d before it was killed",
+		len(calls), rtAdmitted(calls, 0, w.Period, from, from+1)[0], before, killAt.Sub(start).Round(time.Millisecond),
+		killed.name, killed.admitted.Load())
 	t.Logf("modes %v; decision latency: %s; scheduler: %v", rtModes(calls), lat, stalls)
 	g.logStats(t)
-	rtAssertWithin(t, calls, 100, time.Minute, from, from+1)
+	rtAssertWithin(t, calls, int(w.Limit), w.Period, from, from+1)
 }
 
 // TestRealtimeSkewedManyKeys is the design's skewed row: 1 000 keys of 10
