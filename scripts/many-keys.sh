@@ -26,6 +26,7 @@
 #
 #   scripts/many-keys.sh                      # D=10s KEYS=100000 C=64
 #   D=5s KEYS=20000 C=32 scripts/many-keys.sh
+#   ONLY=B scripts/many-keys.sh               # workload B alone
 set -euo pipefail
 cd "$(dirname "$0")/.."
 name=many-keys
@@ -238,6 +239,11 @@ def tables(rows_file, duration, keys, c, zkeys, zipf):
               f'| {lim["keys_offered_over_limit"]} | {lim["keys_over_limit"]} | {lim["key_windows_over_limit"]} | {lim["admitted_over_limit"]} '
               f'| {lim["keys_denied_under_limit"]} | {lim["key_windows_denied_under_limit"]} | {lim["denied_under_limit"]} '
               f'| {lim["max_admitted"]} ({lim["max_key"]}) |')
+        x = r.get("redis")
+        if x:
+            print()
+            print("Decisions by mode: " + (", ".join(f"{k} {fmt(v)}" + (f' ({fmt(x["denied"][k])} over_limit)' if k in x["denied"] else "")
+                                                     for k, v in x["modes"].items()) or "–"))
 
 cmd = sys.argv[1]
 if cmd == "snapshot":
@@ -256,9 +262,10 @@ bench() { # out.json rlsbench-args...: a non-zero exit (no answers) still leaves
 }
 
 : >"$work/rows"
-bench "$work/floor.json" -addr "$noop" -descriptor 'user={k}' -keys "$KEYS" -limit 100 -per minute
-python3 "$work/mk.py" row floor "$work/floor.json" >>"$work/rows"
+[ "${ONLY:-}" = B ] || bench "$work/floor.json" -addr "$noop" -descriptor 'user={k}' -keys "$KEYS" -limit 100 -per minute
+[ "${ONLY:-}" = B ] || python3 "$work/mk.py" row floor "$work/floor.json" >>"$work/rows"
 for R in 1 2 4; do
+  [ "${ONLY:-}" = B ] && break
   start_replicas "$R"
   warm_up 60
   snapshot "before$R" "$R"
@@ -270,8 +277,10 @@ done
 
 start_replicas 4
 warm_up 1
+snapshot beforeB 4
 bench "$work/b.json" -addr "$(addrs 4)" -descriptor 'zipf={k}' -keys "$ZKEYS" -zipf "$ZIPF" -limit 10 -per second
+snapshot afterB 4
 stop_replicas
-python3 "$work/mk.py" row B "$work/b.json" >>"$work/rows"
+python3 "$work/mk.py" row B "$work/b.json" "$work/beforeB.json" "$work/afterB.json" >>"$work/rows"
 
 python3 "$work/mk.py" tables "$work/rows" "$D" "$KEYS" "$C" "$ZKEYS" "$ZIPF"

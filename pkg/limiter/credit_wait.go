@@ -7,7 +7,9 @@ import "time"
 // they hold of a contended key; the rounds serve the waiters.
 
 // wait registers a request that found no credit, asks for a sync and waits
-// at most the rule's StoreTimeout. Past it the request is an overrun: it is
+// the rule's StoreTimeout, or longer while the store answers (the loop
+// says how long, never past StoreTimeout + contentionWait). Past that the
+// request is an overrun: it is
 // admitted from the credit the hot path holds back (a quarter of the last
 // grant), which the reservation covers; failing that, while the store is
 // usually fast, on the last view within this replica's share of it; else
@@ -26,24 +28,26 @@ func (e *engine) wait(cs *creditState, rule *Rule, n int64, now int64) Result {
 	timeout := rule.Tuning.storeTimeout()
 	t := time.NewTimer(timeout)
 	defer t.Stop()
-	second, last := now+2*int64(timeout), now+int64(timeout+contentionWait)
+	start, last := now, now+int64(timeout+contentionWait)
 	for {
 		select {
 		case ok := <-w.done:
 			return e.afterWait(cs, ok, n, cold)
 		case <-t.C:
 		}
-		// Past StoreTimeout, on a store fast as a rule, a waiter waits
-		// on: until its round answers, for one more StoreTimeout (the
-		// round it asked for may have had to wait for the one in flight,
-		// whose round trip was near StoreTimeout); on a key the store
-		// published as contended, for the other replicas to release their
-		// shares: the window is not full, only held. Not on a store too
-		// slow for a round, or the releases and the next round, to come
-		// in time.
+		// Past StoreTimeout a waiter waits on while the store answers:
+		// until its round may be expected (roundDue: the round it asked
+		// for may have had to wait for the one in flight); on a key the
+		// store published as contended, and a store fast enough for the
+		// releases and the next round to come in time, for the other
+		// replicas to release their shares: the window is not full, only
+		// held. Never past StoreTimeout + contentionWait.
 		now := e.now()
-		until := min(max(cs.releasing.Load(), second), last)
-		if until <= now || !e.fastStore() {
+		until := e.roundDue(start, timeout, last)
+		if e.fastStore() {
+			until = max(until, min(cs.releasing.Load(), last))
+		}
+		if until <= now {
 			break
 		}
 		t.Reset(time.Duration(until - now))
@@ -117,9 +121,22 @@ func (e *engine) overrunOnView(cs *creditState, rule *Rule, n int64) bool {
 	return true
 }
 
+// roundDue is when a waiter that began at start may expect the round it
+// asked for, past its StoreTimeout, on a store that answers: two of the
+// store's usual round trips (the one in flight and its own), at least
+// StoreTimeout, after the timeout. Zero when that is later than last:
+// on a store that slow a waiter does not wait past its StoreTimeout.
+func (e *engine) roundDue(start int64, timeout time.Duration, last int64) int64 {
+	due := start + int64(timeout) + max(int64(timeout), 2*e.roundTrip.Load())
+	if due > last || !e.storeHealthy() || e.lastOK.Load() == 0 {
+		return 0
+	}
+	return due
+}
+
 // fastStore reports a store known to answer fast enough for a release
-// and a round to fit in contentionWait: its smoothed round trip and its
-// largest recent one (twice clockErr) both well within it.
+// and a round to fit in contentionWait: its smoothed round trip, and
+// twice the uncertainty of its clock, both well within it.
 func (e *engine) fastStore() bool {
 	rt := max(time.Duration(e.roundTrip.Load()), 2*time.Duration(e.clockErr.Load()))
 	return e.lastOK.Load() != 0 && 3*rt < contentionWait

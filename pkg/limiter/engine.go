@@ -89,20 +89,20 @@ type engine struct {
 	log   *slog.Logger
 	stats *stats
 
-	store      Store
-	replica    string
-	replicas   atomic.Int64 // N: live replicas last seen
-	offset     atomic.Int64 // store clock − local clock, µs
-	clockErr   atomic.Int64 // how far offset may be off, ns
-	clockKnown atomic.Bool
-	lastOK     atomic.Int64 // local ns of the last successful store call
-	lastFail   atomic.Int64 // local ns of the last failed store call
-	roundTrip  atomic.Int64 // smoothed sync round duration, ns
-	kickCh     chan struct{}
-	pendingMu  sync.Mutex
-	pending    []*creditState // keys that asked for a sync since the last round
-	lastScan   int64          // local ns of the last full scan (the rounds loop only)
-	members    atomic.Pointer[memberView]
+	store     Store
+	replica   string
+	replicas  atomic.Int64 // N: live replicas last seen
+	offset    atomic.Int64 // store clock − local clock, µs
+	clockErr  atomic.Int64 // how far offset may be off, ns
+	storeClk  storeClock   // what offset and clockErr are made from
+	lastOK    atomic.Int64 // local ns of the last successful store call
+	lastFail  atomic.Int64 // local ns of the last failed store call
+	roundTrip atomic.Int64 // smoothed store round trip (rounds, heartbeats), ns
+	kickCh    chan struct{}
+	pendingMu sync.Mutex
+	pending   []*creditState // keys that asked for a sync since the last round
+	lastScan  int64          // local ns of the last full scan (the rounds loop only)
+	members   atomic.Pointer[memberView]
 	// feedPushed: the store's feed is read by followFeed, not polled.
 	feedPushed atomic.Bool
 	joined     atomic.Int64 // store µs of this replica's first heartbeat

@@ -1,7 +1,7 @@
 package limiter
 
 // Admits at an epoch boundary. The replica knows the store's clock only
-// to within clockErr (half the largest recent round trip): a request
+// to within clockErr (what its round trips tell, storeclock.go): a request
 // that close to a boundary may fall in either epoch as the store counts
 // them. Rather than wait until the epoch is known, the share admits it
 // in both: the unit is charged to the share of the epoch that ends and

@@ -319,17 +319,70 @@ func TestSimSkewedManyKeys(t *testing.T) {
 }
 
 // TestSimSkewedRoundsNearTimeout: the skewed mix of TestSimSkewedManyKeys
-// with every store call 8 ms late, a round trip just under StoreTimeout
-// (10 ms), as on a busy machine. The round a request asks for may have
-// to wait for the one in flight, and come after StoreTimeout; on a store
-// that is fast as a rule the request waits one more StoreTimeout for it.
-// When it did not, 314–334 key-seconds sent at most the limit saw a
-// denial, keys sent 3 in a second among them. No window may go over, and
-// no decision waits longer than StoreTimeout + contentionWait.
+// with every store call late, as on a busy machine: by 8 ms, a round trip
+// just under StoreTimeout (10 ms), and by 12 ms, just over it. The round
+// a request asks for may have to wait for the one in flight; while the
+// store answers, a request waits for it as long as two of the store's
+// usual round trips. When it waited one more StoreTimeout at most, 8-ms
+// calls left 7 key-seconds sent at most the limit with a denial and
+// 12-ms calls 207–213 (now 6–9 and 21–31); when it did not wait past StoreTimeout, 8-ms calls
+// left 314–334. No window may go over, and no decision waits longer than
+// StoreTimeout + contentionWait.
 func TestSimSkewedRoundsNearTimeout(t *testing.T) {
+	for _, c := range []struct {
+		delay time.Duration
+		bound int
+	}{{8 * time.Millisecond, 20}, {12 * time.Millisecond, 60}} {
+		t.Run(c.delay.String(), func(t *testing.T) {
+			r := keySim{rule: perSecond(10), replicas: 4, keys: 1000, zipf: 1.1, rate: 3000,
+				duration: 20 * time.Second, measureFrom: 5 * time.Second,
+				during: func(r *keyRun) { r.faulty.SetDelay(c.delay) }}.run(t)
+			r.checkLate(t, c.bound)
+		})
+	}
+}
+
+// TestSimSkewedRoundsLongTail: the skewed mix with each store call
+// delayed as the sync rounds of workload B of scripts/many-keys.sh were
+// on a 2-core machine that ran the four replicas, Redis and the load
+// (ratelimit_sync_duration_seconds: 30 % under 5 ms, 25 % 5–10 ms, 30 %
+// 10–25 ms, 13 % 25–50 ms, 2 % 50–100 ms). Rounds one at a time queue
+// behind the slow ones, and some waiters still time out; the clock's
+// uncertainty follows the fastest round trips (storeclock.go), not the
+// slowest. When it followed the slowest and waiters waited one more
+// StoreTimeout at most, 351–364 key-seconds sent at most the limit saw a
+// denial; now 247–255.
+func TestSimSkewedRoundsLongTail(t *testing.T) {
+	var mu sync.Mutex
+	rng := rand.New(rand.NewPCG(3, 4))
+	draw := func() time.Duration {
+		mu.Lock()
+		defer mu.Unlock()
+		ms := func(lo, n int) time.Duration { return time.Duration(lo+rng.IntN(n)) * time.Millisecond }
+		switch u := rng.Float64(); {
+		case u < 0.30:
+			return ms(1, 4)
+		case u < 0.55:
+			return ms(5, 5)
+		case u < 0.85:
+			return ms(10, 15)
+		case u < 0.98:
+			return ms(25, 25)
+		default:
+			return ms(50, 50)
+		}
+	}
 	r := keySim{rule: perSecond(10), replicas: 4, keys: 1000, zipf: 1.1, rate: 3000,
 		duration: 20 * time.Second, measureFrom: 5 * time.Second,
-		during: func(r *keyRun) { r.faulty.SetDelay(8 * time.Millisecond) }}.run(t)
+		during: func(r *keyRun) { r.faulty.SetDelays(draw) }}.run(t)
+	r.checkLate(t, 300)
+}
+
+// checkLate fails t for a window over the limit, more than bound key
+// windows denied though sent no more than the limit, or a decision
+// longer than StoreTimeout + contentionWait; it logs the denials by mode.
+func (r *keyRun) checkLate(t *testing.T, bound int) {
+	t.Helper()
 	over, under := r.check(t, false)
 	modes := map[string]uint64{}
 	for w := range r.denied {
@@ -341,8 +394,8 @@ func TestSimSkewedRoundsNearTimeout(t *testing.T) {
 	}
 	t.Logf("%d requests; %d windows over; %d key-seconds denied under the limit (denials by mode %v); %d waited, the longest %v",
 		r.requests, over, under, modes, r.waited, r.longest)
-	if under > 20 {
-		t.Errorf("%d key-seconds denied though sent no more than the limit; measured 7", under)
+	if under > bound {
+		t.Errorf("%d key-seconds denied though sent no more than the limit, bound %d", under, bound)
 	}
 	if r.longest > 60*time.Millisecond+time.Millisecond {
 		t.Errorf("a decision took %v > StoreTimeout + contentionWait", r.longest)

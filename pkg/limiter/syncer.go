@@ -134,6 +134,7 @@ func (e *engine) heartbeat(ctx context.Context) {
 		e.storeFailed(err)
 		return
 	}
+	e.learnRoundTrip(time.Since(start))
 	e.learnClock(sent, m.Now)
 	e.replicas.Store(int64(max(m.Replicas, 1)))
 	e.members.Store(&memberView{m: m, at: e.now()})
@@ -145,28 +146,13 @@ func (e *engine) heartbeat(ctx context.Context) {
 	}
 }
 
-// learnClock smooths the offset between the store clock and ours from one
-// round trip sent at sent (local ns) and answered at storeNow (µs).
-func (e *engine) learnClock(sent, storeNow int64) {
-	now := e.now()
-	sample := storeNow - (sent+now)/2/1000
-	e.lastOK.Store(now)
-	// The store read its clock somewhere in the round trip: the estimate
-	// may be off by half of it. clockErr follows the largest half round
-	// trip seen, decaying by a sixteenth a sample.
-	half := (now - sent) / 2
-	e.clockErr.Store(max(half, e.clockErr.Load()*15/16))
-	if !e.clockKnown.Swap(true) {
-		e.offset.Store(sample)
-		return
-	}
-	old := e.offset.Load()
-	e.offset.Store(old + (sample-old)/4)
-}
-
-// learnRoundTrip smooths the duration of sync rounds (EWMA, 1/8).
+// learnRoundTrip smooths the duration of store round trips, sync rounds
+// and heartbeats (EWMA, 1/8, from the first).
 func (e *engine) learnRoundTrip(d time.Duration) {
 	old := e.roundTrip.Load()
+	if old == 0 {
+		old = int64(d)
+	}
 	e.roundTrip.Store(old + (int64(d)-old)/8)
 }
 

@@ -13,7 +13,8 @@ import (
 // FaultyStore wraps a limiter.Store with faults switched on and off by the
 // test: an outage (every call fails with an error wrapping
 // limiter.ErrStoreUnavailable, as a store that cannot be reached does),
-// per-replica partitions, and an added delay before every call. A delay
+// per-replica partitions, and an added delay before every call, fixed or
+// drawn for each call. A delay
 // longer than the call's context fails it with the context's error. The
 // zero FaultyStore is not usable; call NewFaultyStore. It is safe for
 // concurrent use.
@@ -21,6 +22,7 @@ type FaultyStore struct {
 	inner    limiter.Store
 	down     atomic.Bool
 	delay    atomic.Int64 // time.Duration
+	draw     atomic.Pointer[func() time.Duration]
 	calls    atomic.Int64
 	failures atomic.Int64
 
@@ -41,6 +43,16 @@ func (f *FaultyStore) SetDown(down bool) { f.down.Store(down) }
 
 // SetDelay adds d before every call (0: none).
 func (f *FaultyStore) SetDelay(d time.Duration) { f.delay.Store(int64(d)) }
+
+// SetDelays adds a delay drawn from draw before every call, on top of
+// SetDelay's (nil: none). draw is called concurrently.
+func (f *FaultyStore) SetDelays(draw func() time.Duration) {
+	if draw == nil {
+		f.draw.Store(nil)
+		return
+	}
+	f.draw.Store(&draw)
+}
 
 // Partition cuts replica off the store (its calls fail as in an outage)
 // or, with cut false, heals it.
@@ -63,7 +75,11 @@ func (f *FaultyStore) Failures() int64 { return f.failures.Load() }
 // before applies the faults to one call of replica's.
 func (f *FaultyStore) before(ctx context.Context, op, replica string) error {
 	f.calls.Add(1)
-	if d := time.Duration(f.delay.Load()); d > 0 {
+	d := time.Duration(f.delay.Load())
+	if draw := f.draw.Load(); draw != nil {
+		d += (*draw)()
+	}
+	if d > 0 {
 		t := time.NewTimer(d)
 		select {
 		case <-t.C:

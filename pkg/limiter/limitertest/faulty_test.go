@@ -76,6 +76,16 @@ func TestFaultyStoreFaults(t *testing.T) {
 	if err := f.Sync(short, "a", items, out); !errors.Is(err, limiter.ErrStoreUnavailable) || !errors.Is(err, context.DeadlineExceeded) {
 		t.Errorf("call past its deadline: %v", err)
 	}
+	f.SetDelay(0)
+	f.SetDelays(func() time.Duration { return 30 * time.Millisecond })
+	start = time.Now()
+	if err := f.Sync(ctx, "a", items, out); err != nil {
+		t.Fatal(err)
+	}
+	if d := time.Since(start); d < 30*time.Millisecond {
+		t.Errorf("call with a drawn delay took %v", d)
+	}
+	f.SetDelays(nil)
 }
 
 // Switching faults while calls run is safe (run with -race).
