@@ -183,7 +183,7 @@ for i in 0 1; do curl -s -m 5 "http://$(http_addr $i)/metrics" >"$work/metrics$i
 event "loads done"
 
 cat >"$work/report.py" <<'PY'
-import json, os, re, sys
+import json, os, re, sys, time
 
 work, secs, warm = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
 hz = os.sysconf("SC_CLK_TCK")
@@ -239,7 +239,8 @@ for name, r in (("user={k}: 100/minute", zipf), ("hot=h: 50/second", hot)):
     a = r["accuracy"]["limit"]
     print(f'| {name} | {a["keys"]} | {a["keys_offered_over_limit"]} | {a["keys_over_limit"]} | {a["key_windows_over_limit"]} '
           f'| {a["admitted_over_limit"]} | {a["keys_denied_under_limit"]} | {a["key_windows_denied_under_limit"]} '
-          f'| {a["denied_under_limit"]} | {a["max_admitted"]} ({a["max_key"]}) |')
+          f'| {a["denied_under_limit"]} | {a["max_admitted"]} ({a["max_key"]}, window from '
+          f'{time.strftime("%H:%M:%S", time.gmtime(a["max_window_unix"]))}) |')
 print(f'| ext_proc soak: max_concurrent 12 | 1 | – | {1 if ep["admits_over_cap"] else 0} | admits over the cap: {ep["admits_over_cap"]} '
       f'| – | – | – | – | {ep["max_admitted_at_once"]} at once |')
 # The hot key's seconds by phase: in an outage (Redis stopped or gone),

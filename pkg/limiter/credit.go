@@ -78,6 +78,7 @@ type creditLocked struct {
 	waiting   uint64 // units the waiters want
 	asked     uint64 // waiting units the in-flight sync asked for
 	inflight  bool
+	flying    int64 // units admitted that the in-flight sync pushes (hits, share hits)
 	collected bool  // listed for the round being built
 	late      []Hit // hits snapshotted just before a window boundary
 	// overrunEpoch is the window (of the first period) overrunLeft was set in.

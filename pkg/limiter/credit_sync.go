@@ -89,6 +89,12 @@ func (e *engine) prepare(cs *creditState, now int64) SyncItem {
 		it.ShareEpoch = snow / p
 		it.Sharers, it.SharersNext = e.sharerCount(it.ShareEpoch*p), e.sharerCount((it.ShareEpoch+1)*p)
 	}
+	cs.flying = 0
+	for _, hs := range [][]Hit{it.Hits, it.ShareHits} {
+		for _, h := range hs {
+			cs.flying += max(h.N, 0)
+		}
+	}
 	return it
 }
 
@@ -211,7 +217,7 @@ func (cs *creditState) abort(it SyncItem) {
 			cs.hits.Add(h.N)
 		}
 	}
-	cs.inflight = false
+	cs.inflight, cs.flying = false, 0
 }
 
 // apply installs a store reply: the credit (minus what was admitted while
@@ -230,7 +236,7 @@ func (e *engine) apply(cs *creditState, r *SyncResult) {
 	}
 	cs.backedTo.Store(backed)
 	cs.view.Store(newView(r.Windows, r.Others, r.Held))
-	cs.inflight, cs.lastSync = false, now
+	cs.inflight, cs.flying, cs.lastSync = false, 0, now
 	if now < backed {
 		// A reply that arrives after its reservation lapsed (an epoch's
 		// end, on a slow store) serves nobody.

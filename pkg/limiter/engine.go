@@ -320,7 +320,10 @@ func (cs *creditState) seedFallback(e *engine, rule *Rule, shares uint64, now in
 	if view == nil || rule.Algorithm == TokenBucket {
 		return fb
 	}
-	pending := uint64(max(cs.hits.Load(), 0) + cs.share.pendingUnits())
+	// What this replica admitted that the view does not count: pending,
+	// and pushed by a round still in flight (a store that hangs: its
+	// outage began while the round waited).
+	pending := uint64(max(cs.hits.Load(), 0) + cs.share.pendingUnits() + cs.flying)
 	for i, w := range cs.ws {
 		v := view.windows[i]
 		v.Roll(w, snow)

@@ -127,6 +127,9 @@ func (s keySim) run(t *testing.T) *keyRun {
 	return r
 }
 
+// simWorkers is how many requests a key simulation decides at once.
+const simWorkers = 512
+
 // drive sends the requests, one every 1/rate, in batches of one tick.
 func (r *keyRun) drive() {
 	s := r.s
@@ -139,7 +142,20 @@ func (r *keyRun) drive() {
 	perTick := s.rate * tick.Seconds()
 	var owed float64
 	next := 0
+	// Requests are decided on a pool of goroutines, one request at a
+	// time each, as a proxy's are: one that waits for the store holds
+	// back no other while a goroutine is free, and simWorkers is well
+	// above the rate times the longest decision. A goroutine per request
+	// made the race runtime abort past some total of them.
 	var wg sync.WaitGroup
+	jobs := make(chan func(), simWorkers)
+	for range simWorkers {
+		wg.Go(func() {
+			for job := range jobs {
+				job()
+			}
+		})
+	}
 	measuring := false
 	for time.Since(r.start) < s.duration {
 		measuring = measuring || time.Since(r.start) >= s.measureFrom
@@ -158,13 +174,12 @@ func (r *keyRun) drive() {
 				li = next % len(lims)
 				l, next = lims[li], next+1
 			}
-			// Each request is decided on its own goroutine, as a proxy's
-			// are: one that waits for the store holds back no other.
 			m := measuring
-			wg.Go(func() { r.decide(l, li, k, m) })
+			jobs <- func() { r.decide(l, li, k, m) }
 		}
 		time.Sleep(tick)
 	}
+	close(jobs)
 	wg.Wait()
 }
 

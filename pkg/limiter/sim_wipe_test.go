@@ -135,3 +135,32 @@ func TestSimOutageOnShares(t *testing.T) {
 		}
 	})
 }
+
+// TestSimStoreHangs: the store stops answering without refusing (a
+// paused or frozen Redis: calls hang until their deadline) for 13 s,
+// at 4× the load of one key over 2 replicas. The outage begins while a
+// round is in flight, whose hits the store never counts; degraded mode
+// must count them against each replica's ⌈L/N⌉: every window stays
+// within L + N. When it did not, the first second of the outage
+// admitted 100 of a limit of 50.
+func TestSimStoreHangs(t *testing.T) {
+	for _, rule := range []*limiter.Rule{perSecond(50), perMinute(100)} {
+		t.Run(rule.Fingerprint(), func(t *testing.T) {
+			p := rule.Windows[0].Period
+			r := keySim{rule: rule, replicas: 2, keys: 1, rate: 4 * float64(rule.Windows[0].Limit) / p.Seconds(),
+				duration: warmUp + 70*time.Second, measureFrom: warmUp,
+				during: func(r *keyRun) {
+					time.Sleep(warmUp + 10*time.Second + 300*time.Millisecond)
+					r.faulty.SetDelay(5 * time.Second) // past every call's deadline
+					time.Sleep(13 * time.Second)
+					r.faulty.SetDelay(0)
+				}}.run(t)
+			bound := rule.Windows[0].Limit + 2
+			for w, n := range r.admitted {
+				if n > bound {
+					t.Errorf("window %d: %d admitted > L + N = %d: %v", w[1], n, bound, r.how[w])
+				}
+			}
+		})
+	}
+}
