@@ -349,9 +349,6 @@ func TestSimSkewedRoundsNearTimeout(t *testing.T) {
 		bound int
 	}{{8 * time.Millisecond, 20}, {12 * time.Millisecond, 60}} {
 		t.Run(c.delay.String(), func(t *testing.T) {
-			if c.delay > 10*time.Millisecond {
-				skipUnderRace(t)
-			}
 			r := keySim{rule: perSecond(10), replicas: 4, keys: 1000, zipf: 1.1, rate: 3000,
 				duration: 20 * time.Second, measureFrom: 5 * time.Second,
 				during: func(r *keyRun) { r.faulty.SetDelay(c.delay) }}.run(t)
@@ -371,7 +368,6 @@ func TestSimSkewedRoundsNearTimeout(t *testing.T) {
 // StoreTimeout at most, 351–364 key-seconds sent at most the limit saw a
 // denial; now 247–255.
 func TestSimSkewedRoundsLongTail(t *testing.T) {
-	skipUnderRace(t)
 	var mu sync.Mutex
 	rng := rand.New(rand.NewPCG(3, 4))
 	draw := func() time.Duration {
@@ -395,19 +391,6 @@ func TestSimSkewedRoundsLongTail(t *testing.T) {
 		duration: 20 * time.Second, measureFrom: 5 * time.Second,
 		during: func(r *keyRun) { r.faulty.SetDelays(draw) }}.run(t)
 	r.checkLate(t, 300)
-}
-
-// skipUnderRace skips a simulation that adds nothing to what the race
-// detector checks (the same code paths as the simulations before it)
-// under -race: each simulated request has a goroutine of its own, and
-// past some total the race runtime itself aborts ("ThreadSanitizer:
-// CHECK failed: tsan_rtl.cpp:346 ... kEpochLast"). make test runs these
-// without it.
-func skipUnderRace(t *testing.T) {
-	t.Helper()
-	if raceEnabled {
-		t.Skip("run without -race (make test does)")
-	}
 }
 
 // checkLate fails t for a window over the limit, more than bound key
