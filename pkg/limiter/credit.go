@@ -233,6 +233,7 @@ func (cs *creditState) take(n, floor int64) (int64, bool) {
 // refund takes n units back: first from the share hits not yet pushed,
 // then as credit (creditState.refund).
 func (e *engine) refund(cs *creditState, n, now int64) {
+	cs.deniedTo.Store(0) // the window may have room again
 	if cs.share != nil {
 		n -= cs.share.refundShare(cs.ws[0], cs.rule.Algorithm, n, e.storeNow(now))
 	}

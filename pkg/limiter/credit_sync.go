@@ -298,7 +298,7 @@ func (cs *creditState) halfUsed(snow int64, reserved bool) bool {
 // cannot fit even once the other replicas release the static shares they
 // hold are denied at once; the window is full but for reservations. If
 // not even one unit fits so and no credit is left, the key denies
-// locally until it would (at most one sync interval). The rest ask for
+// locally until it would (for at most deniedFor). The rest ask for
 // another round: at once, unless the reply's credit had lapsed or the
 // shares they need are held, when they wait for the next tick, and for
 // the release (releasing) past their StoreTimeout. cs.mu must be held.
@@ -316,7 +316,7 @@ func (cs *creditState) settleWaiters(e *engine, now int64, contended, usable boo
 	clear(cs.waiters[len(kept):])
 	cs.waiters = kept
 	if wait := cs.releasedWait(snow, 1); wait > 0 && cs.credit.Load() <= 0 {
-		cs.deniedTo.Store(now + int64(min(wait, cs.rule.Tuning.syncInterval())))
+		cs.deniedTo.Store(now + int64(cs.deniedFor(e, wait)))
 	}
 	if len(cs.waiters) == 0 {
 		return
@@ -332,6 +332,22 @@ func (cs *creditState) settleWaiters(e *engine, now int64, contended, usable boo
 	if usable && !contended && !held {
 		e.kick()
 	}
+}
+
+// deniedFor is how long a key whose window has no room for another wait
+// denies locally: a sync interval; for a key with static shares, whose
+// window is then full of hits (the shares the other replicas hold do not
+// count), until the window clears, less the clock's uncertainty, and at
+// most quietInterval. Asking the store sooner finds it full again: on a
+// busy key, each replica's request waited for a round every sync
+// interval only to be denied. Only a refund frees units in a window
+// full of hits: a local one ends the denial at once (engine.refund),
+// another replica's is seen within quietInterval.
+func (cs *creditState) deniedFor(e *engine, wait time.Duration) time.Duration {
+	if cs.share == nil {
+		return min(wait, cs.rule.Tuning.syncInterval())
+	}
+	return max(min(wait-2*time.Duration(e.clockErr.Load()), quietInterval), 0)
 }
 
 // snapshotBoundary sets the unpushed hits aside, stamped with now, when the

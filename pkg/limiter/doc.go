@@ -60,8 +60,11 @@
 // A store that loses its state (Redis restarted without persistence, or
 // failed over to a copy that missed writes) gets the counts back from the
 // replicas: every sync item carries the key's last view as a floor, and a
-// static share's reported hits, which the store raises its state to
-// before charging (WindowState.Raise). A window that lost its record
+// static share's reported hits, which the store raises a record it lost
+// (windows all zero) to before charging (WindowState.Raise); a record
+// that holds counts is left alone, so a floor that predates a refund
+// does not undo it. The first replica to sync a lost key restores it
+// from its view; the others' floors then find it held. A window that lost its record
 // admits at most its limit plus the credit the replicas held unspent at
 // that instant, which the store may grant again before each holder syncs
 // (TestSimStoreWipedMidWindow, TestRealtimeRedisWiped); without floors it

@@ -51,8 +51,8 @@ type Reservation struct {
 // Sync applies one replica's item at now (store clock, µs):
 //
 //  1. drop expired reservations and sum the other replicas' live ones;
-//  2. raise the windows to the replica's floor (SyncItem.Floor), then
-//     charge the pushed hits, each to the window it was admitted in (always
+//  2. raise the windows, if the record lost them (all zero), to the
+//     replica's floor (SyncItem.Floor), then charge the pushed hits, each to the window it was admitted in (always
 //     recorded, even past the limit: the excess is debt later denials pay);
 //  3. avail = min over windows (remaining − others − unreported static
 //     shares, see ShareRecord);
@@ -85,7 +85,9 @@ func (r *KeyRecord) Sync(replica string, it *SyncItem, now int64) SyncResult {
 			others = satAdd(others, res.Units)
 		}
 	}
-	r.raise(it.Floor)
+	if r.lost() {
+		r.raise(it.Floor)
+	}
 	r.charge(it, ws, now)
 	held := r.chargeShares(replica, it, ws, now)
 	if it.Algorithm == SlidingWindow && (it.Denied > 0 || it.Waiting > 0) {
@@ -174,6 +176,20 @@ func shortest(ws []Window) int64 {
 		p = min(p, int64(w.Period))
 	}
 	return p
+}
+
+// lost reports a record whose windows hold nothing, as a store that lost
+// the key (restarted empty, flushed, evicted) has it: only then are the
+// windows raised to a replica's floor. A record that holds counts is
+// left as it is, so a refund (a negative hit) is not undone by the floor
+// of a replica that saw the window before it.
+func (r *KeyRecord) lost() bool {
+	for _, c := range r.Windows {
+		if c != (WindowState{}) {
+			return false
+		}
+	}
+	return true
 }
 
 // raise lifts the windows to a replica's floor (step 2), as the store's

@@ -164,3 +164,55 @@ func TestSimStoreHangs(t *testing.T) {
 		})
 	}
 }
+
+// TestSimRefundElsewhere: a replica that found a key's minute full of
+// hits denies it locally for a while rather than ask the store again
+// (deniedFor); another replica's refund frees units there, which it
+// sees within quietInterval (1 s), not at the minute's end. When the
+// store raised every record to each replica's floor, the floor of the
+// replica that saw the minute full undid the refund: the unit was lost
+// to both replicas for the rest of the minute.
+func TestSimRefundElsewhere(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		st := memstore.New(nil)
+		a := limiter.New(limiter.WithStore(st, "a"))
+		b := limiter.New(limiter.WithStore(st, "b"))
+		ctx, cancel := context.WithCancel(context.Background())
+		var wg sync.WaitGroup
+		wg.Go(func() { a.Run(ctx) })
+		wg.Go(func() { b.Run(ctx) })
+		// The first minute that begins a lease after both joined.
+		time.Sleep(time.Until(time.Now().Truncate(time.Minute).Add(time.Minute)))
+		rule := perMinute(10)
+		key := []byte("k|" + rule.Fingerprint())
+		decide := func(l *limiter.Limiter, op limiter.Op) bool {
+			out := make([]limiter.Result, 1)
+			ok, _ := l.Decide([]limiter.Request{{Key: key, Rule: rule, Op: op, Hits: 1}}, out)
+			return ok
+		}
+		for i := range 5 {
+			if !decide(a, limiter.Charge) || !decide(b, limiter.Charge) {
+				t.Fatalf("request %d of the shares denied", i)
+			}
+		}
+		time.Sleep(2 * time.Second) // the shares' hits reach the store
+		if decide(b, limiter.Charge) {
+			t.Fatal("the eleventh request admitted")
+		}
+		decide(a, limiter.Refund)
+		time.Sleep(300 * time.Millisecond) // a's refund reaches the store
+		start := time.Now()
+		for !decide(b, limiter.Charge) {
+			if time.Since(start) > 5*time.Second {
+				t.Fatalf("b still denied %v after a's refund freed a unit", time.Since(start))
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+		t.Logf("b admitted %v after the refund reached the store", time.Since(start))
+		if d := time.Since(start); d > time.Second {
+			t.Errorf("b admitted %v after the refund, want within quietInterval", d)
+		}
+		cancel()
+		wg.Wait()
+	})
+}

@@ -127,11 +127,12 @@ type SyncItem struct {
 	// record.
 	ShareHits []Hit
 	// Floor is the key's window states as the replica last saw them (its
-	// last SyncResult.Windows, store units), or nil. The store raises its
-	// own to them before it charges the hits (WindowState.Raise): a store
-	// that lost the key, restarted empty or failed over to a copy that
-	// missed writes, gets back the counts the replica saw; one that did
-	// not is unchanged.
+	// last SyncResult.Windows, store units), or nil. A store whose record
+	// of the key holds nothing (windows all zero) raises it to them before
+	// it charges the hits (WindowState.Raise): a store that lost the key,
+	// restarted empty or failed over to a copy that missed writes, gets
+	// back the counts the replica saw. A record that holds counts is left
+	// as it is, so a floor that predates a refund does not undo it.
 	Floor []WindowState
 	// ShareFloor is, for a rule with static shares, the replica's share
 	// hits the store was told of before this item, as a state of the

@@ -108,6 +108,15 @@ local function roll(s, w)
   s.epoch = e
 end
 
+-- KeyRecord.lost: every window state zero, as a record the store lost.
+local function lost(st)
+  for i = 1, #st do
+    local s = st[i]
+    if s.epoch ~= 0 or s.cur ~= 0 or s.prev ~= 0 or s.tat ~= 0 then return false end
+  end
+  return true
+end
+
 -- WindowState.Raise: s lifted to at least f, a state of the same window
 -- seen earlier (a replica's floor); it reports whether s changed.
 local function raise(s, f)
