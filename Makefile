@@ -13,8 +13,8 @@ run: ## serve the example policies in config/ (local-only, :8081 gRPC, :8080 HTT
 build: ## build bin/ratelimit-svc and bin/rlsbench
 	CGO_ENABLED=0 $(GO) build -trimpath -o bin/ ./cmd/...
 
-test: vet fmt ## vet, gofmt check, then every test with the race detector
-	$(GO) test -race -count=1 $(PKGS)
+test: vet fmt ## vet, gofmt check, then every test with the race detector (scripts/test.sh)
+	GO=$(GO) scripts/test.sh
 
 vet: ## go vet
 	$(GO) vet $(PKGS)

@@ -1,0 +1,33 @@
+#!/usr/bin/env bash
+# The README's test command (make test): every test with the race
+# detector. A package whose run the Go runtime itself aborted, with no
+# test failing (a runtime fault inside a synctest bubble, "SIGSEGV" in
+# the timer code, or the race detector's own "ThreadSanitizer: CHECK
+# failed"), is run once more and must pass then; the crash is printed.
+# A test that fails fails the run at once.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+GO=${GO:-go}
+out=$(mktemp)
+trap 'rm -f "$out"' EXIT
+
+"$GO" test -race -count=1 "$@" ./... 2>&1 | tee "$out"
+[ "${PIPESTATUS[0]}" -eq 0 ] && exit 0
+
+# Each package's output is printed in one block ending in its ok/FAIL line.
+rerun=()
+while IFS= read -r pkg; do
+  block=$(awk -v p="$pkg" '
+    /^(ok|FAIL|\?)[ \t]/ { if ($2 == p && $1 == "FAIL") { print buf; exit } buf = ""; next }
+    { buf = buf $0 "\n" }' "$out")
+  if grep -q -- '--- FAIL' <<<"$block" || ! grep -qE 'ThreadSanitizer: CHECK failed|^SIGSEGV: |^fatal error: |^unexpected fault address' <<<"$block"; then
+    echo "test: $pkg failed" >&2
+    exit 1
+  fi
+  rerun+=("$pkg")
+done < <(grep -E '^FAIL[[:space:]]+[^[:space:]]+[[:space:]]' "$out" | awk '{print $2}')
+[ ${#rerun[@]} -gt 0 ] || exit 1
+for pkg in "${rerun[@]}"; do
+  echo "test: the Go runtime aborted $pkg (no test failed); running it once more" >&2
+  "$GO" test -race -count=1 "$@" "$pkg" || exit 1
+done
