@@ -486,12 +486,9 @@ func TestSimSharedAlwaysCharge(t *testing.T) {
 		store := memstore.New(nil)
 		rule := &limiter.Rule{Algorithm: limiter.FixedWindow, AlwaysCharge: true,
 			Windows: []limiter.Window{{Limit: 10, Period: time.Hour}}}
-		a := limiter.New(limiter.WithStore(store, "a"))
-		b := limiter.New(limiter.WithStore(store, "b"))
 		ctx, cancel := context.WithCancel(context.Background())
-		var wg sync.WaitGroup
-		wg.Go(func() { a.Run(ctx) })
-		wg.Go(func() { b.Run(ctx) })
+		ls, wg := runReplicas(ctx, store, "a", "b")
+		a, b := ls[0], ls[1]
 		defer wg.Wait()
 		defer cancel()
 		key := []byte("k|" + rule.Fingerprint())

@@ -174,13 +174,9 @@ func TestSimStoreHangs(t *testing.T) {
 // to both replicas for the rest of the minute.
 func TestSimRefundElsewhere(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		st := memstore.New(nil)
-		a := limiter.New(limiter.WithStore(st, "a"))
-		b := limiter.New(limiter.WithStore(st, "b"))
 		ctx, cancel := context.WithCancel(context.Background())
-		var wg sync.WaitGroup
-		wg.Go(func() { a.Run(ctx) })
-		wg.Go(func() { b.Run(ctx) })
+		ls, wg := runReplicas(ctx, memstore.New(nil), "a", "b")
+		a, b := ls[0], ls[1]
 		// The first minute that begins a lease after both joined.
 		time.Sleep(time.Until(time.Now().Truncate(time.Minute).Add(time.Minute)))
 		rule := perMinute(10)
@@ -215,4 +211,17 @@ func TestSimRefundElsewhere(t *testing.T) {
 		cancel()
 		wg.Wait()
 	})
+}
+
+// runReplicas starts a Limiter on store for each name, run until ctx
+// ends; wait on the WaitGroup for them to stop.
+func runReplicas(ctx context.Context, store limiter.Store, names ...string) ([]*limiter.Limiter, *sync.WaitGroup) {
+	var wg sync.WaitGroup
+	ls := make([]*limiter.Limiter, len(names))
+	for i, name := range names {
+		l := limiter.New(limiter.WithStore(store, name))
+		ls[i] = l
+		wg.Go(func() { l.Run(ctx) })
+	}
+	return ls, &wg
 }

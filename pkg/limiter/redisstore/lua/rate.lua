@@ -161,9 +161,9 @@ local function sync(key, a)
   local st = rec.st
 
   -- 2. raise the windows, if the record lost them (all zero), to the
-  -- replica's floor, then charge the hits and
-  -- the share hits, each to the window it was admitted in; the share hits
-  -- to this replica's share record too, raised to its share floor first.
+  -- replica's floor, then charge the hits and the share hits, each to the
+  -- window it was admitted in; the share hits to this replica's share
+  -- record too, raised to its share floor first.
   if nf == nw and lost(st) then
     for i = 1, nw do
       local f = window_state(args[floors + i - 1])
