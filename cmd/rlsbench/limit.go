@@ -13,9 +13,16 @@ package main
 //     have kept the limit.
 //
 // Windows are cut by the client's send time, the server's by its own
-// clock when the request arrives: a request sent just before a boundary
-// can be counted on either side of it. A window is checked once every
-// second in it is final, and then forgotten.
+// clock when it decides: a request sent just before a boundary can be
+// counted on either side of it, and one that waits is decided later than
+// it was sent. So each check is made twice: by send time, and for sure.
+// A request answered in the window it was sent in was decided in that
+// window (the server and the client share a clock); so a window is
+// surely over the limit when more than N such requests were admitted in
+// it, and a denial surely under the limit when such a request was denied
+// in a window that even with every request answered in it but sent
+// earlier saw at most N. A window is checked once every second in it is
+// final, and then forgotten.
 
 // limitReport is the outcome of the limit check. Key counts are of
 // distinct keys; key-windows are (key, window) pairs with traffic.
@@ -39,10 +46,17 @@ type limitReport struct {
 	DeniedUnderLimit           uint64 `json:"denied_under_limit"`
 	// The most requests admitted for one key in one window, that key
 	// and the window's first Unix second (MaxKeyIndex -1: no traffic).
-	MaxAdmitted   uint64 `json:"max_admitted"`
-	MaxKey        string `json:"max_key"`
-	MaxKeyIndex   int    `json:"max_key_index"`
-	MaxWindowUnix int64  `json:"max_window_unix"`
+	// The same two checks, counting only what is sure (see above).
+	KeysSurelyOver              int    `json:"keys_surely_over"`
+	KeyWindowsSurelyOver        uint64 `json:"key_windows_surely_over"`
+	SurelyAdmittedOver          uint64 `json:"surely_admitted_over"`
+	KeysSurelyDeniedUnder       int    `json:"keys_surely_denied_under"`
+	KeyWindowsSurelyDeniedUnder uint64 `json:"key_windows_surely_denied_under"`
+	SurelyDeniedUnder           uint64 `json:"surely_denied_under"`
+	MaxAdmitted                 uint64 `json:"max_admitted"`
+	MaxKey                      string `json:"max_key"`
+	MaxKeyIndex                 int    `json:"max_key_index"`
+	MaxWindowUnix               int64  `json:"max_window_unix"`
 }
 
 // limitCheck accumulates the final seconds into windows and checks each
@@ -52,17 +66,20 @@ type limitCheck struct {
 	open map[int64]map[int]keyCount // window's first second → key → tally
 
 	keys, offeredOver, over, deniedUnder map[int]struct{}
+	surelyOver, surelyDenied             map[int]struct{}
 	r                                    limitReport
 }
 
 func newLimitCheck(limit uint64, window int64) *limitCheck {
 	return &limitCheck{
-		open:        map[int64]map[int]keyCount{},
-		keys:        map[int]struct{}{},
-		offeredOver: map[int]struct{}{},
-		over:        map[int]struct{}{},
-		deniedUnder: map[int]struct{}{},
-		r:           limitReport{Limit: limit, WindowSeconds: window, MaxKeyIndex: -1},
+		open:         map[int64]map[int]keyCount{},
+		keys:         map[int]struct{}{},
+		offeredOver:  map[int]struct{}{},
+		over:         map[int]struct{}{},
+		deniedUnder:  map[int]struct{}{},
+		surelyOver:   map[int]struct{}{},
+		surelyDenied: map[int]struct{}{},
+		r:            limitReport{Limit: limit, WindowSeconds: window, MaxKeyIndex: -1},
 	}
 }
 
@@ -88,6 +105,10 @@ func (c *limitCheck) closeBefore(low int64) {
 func (c *limitCheck) checkWindow(w int64, keys map[int]keyCount) {
 	r, limit := &c.r, c.r.Limit
 	for k, kc := range keys {
+		c.checkSure(k, kc)
+		if kc.offered == 0 { // reached only by requests sent earlier
+			continue
+		}
 		c.keys[k] = struct{}{}
 		r.KeyWindows++
 		if kc.offered > limit {
@@ -112,6 +133,21 @@ func (c *limitCheck) checkWindow(w int64, keys map[int]keyCount) {
 	}
 }
 
+// checkSure makes the sure checks of one key's window.
+func (c *limitCheck) checkSure(k int, kc keyCount) {
+	r, limit := &c.r, c.r.Limit
+	if kc.sureAdmitted > limit {
+		c.surelyOver[k] = struct{}{}
+		r.KeyWindowsSurelyOver++
+		r.SurelyAdmittedOver += kc.sureAdmitted - limit
+	}
+	if kc.sureDenied > 0 && kc.offered+kc.reach <= limit {
+		c.surelyDenied[k] = struct{}{}
+		r.KeyWindowsSurelyDeniedUnder++
+		r.SurelyDeniedUnder += kc.sureDenied
+	}
+}
+
 // result returns the report of the windows checked so far; MaxKey is left
 // for the caller to name.
 func (c *limitCheck) result() *limitReport {
@@ -120,5 +156,7 @@ func (c *limitCheck) result() *limitReport {
 	r.KeysOfferedOverLimit = len(c.offeredOver)
 	r.KeysOverLimit = len(c.over)
 	r.KeysDeniedUnderLimit = len(c.deniedUnder)
+	r.KeysSurelyOver = len(c.surelyOver)
+	r.KeysSurelyDeniedUnder = len(c.surelyDenied)
 	return &r
 }

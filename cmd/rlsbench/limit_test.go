@@ -11,7 +11,7 @@ import (
 // addN counts n requests of key in second sec with outcome o.
 func addN(l *localTally, sec int64, key int, o outcome, n int) {
 	for range n {
-		l.add(sec, key, o)
+		l.add(sec, sec, key, o)
 	}
 }
 
@@ -24,13 +24,13 @@ func TestLimitPerSecond(t *testing.T) {
 	addN(w0, 100, 1, admitted, 2)
 	addN(w1, 100, 1, admitted, 1)
 	// Key 2: sent 2, one denied: denied under the limit.
-	w0.add(100, 2, admitted)
-	w1.add(100, 2, denied)
+	w0.add(100, 100, 2, admitted)
+	w1.add(100, 100, 2, denied)
 	// Key 3: sent 3, 2 admitted and 1 denied: right.
 	addN(w0, 100, 3, admitted, 2)
-	w0.add(100, 3, denied)
+	w0.add(100, 100, 3, denied)
 	// Key 4: a failed call is no denial.
-	w1.add(100, 4, failed)
+	w1.add(100, 100, 4, failed)
 	// Second 101: key 1 admitted 2 (right), key 2 denied twice of 2 sent.
 	addN(w0, 101, 1, admitted, 2)
 	addN(w1, 101, 2, denied, 2)
@@ -45,6 +45,9 @@ func TestLimitPerSecond(t *testing.T) {
 		KeysOfferedOverLimit: 3, // keys 1, 3 in second 100; key 2 in 102
 		KeysOverLimit:        2, KeyWindowsOverLimit: 2, AdmittedOverLimit: 2,
 		KeysDeniedUnderLimit: 1, KeyWindowsDeniedUnderLimit: 2, DeniedUnderLimit: 3,
+		// Every answer came in the second it was sent in: all is sure.
+		KeysSurelyOver: 2, KeyWindowsSurelyOver: 2, SurelyAdmittedOver: 2,
+		KeysSurelyDeniedUnder: 1, KeyWindowsSurelyDeniedUnder: 2, SurelyDeniedUnder: 3,
 		MaxAdmitted: 3, MaxKeyIndex: 1, MaxWindowUnix: 100,
 	}
 	if got := a.limit(); got == nil || *got != want {
@@ -64,7 +67,7 @@ func TestLimitPerMinute(t *testing.T) {
 	// Key 5: sent 4 in window 60, one denied: right, it was sent over 3.
 	addN(w, 118, 5, admitted, 2)
 	addN(w, 119, 5, admitted, 1)
-	w.add(119, 5, denied)
+	w.add(119, 119, 5, denied)
 	// Key 6: sent 3 in window 60, all admitted.
 	addN(w, 119, 6, admitted, 3)
 
@@ -74,7 +77,7 @@ func TestLimitPerMinute(t *testing.T) {
 	}
 	addN(w, 121, 1, admitted, 2)
 	// Key 6: denied once in window 120, sent 1 there.
-	w.add(150, 6, denied)
+	w.add(150, 150, 6, denied)
 	w.done()
 	a.result()
 
@@ -83,10 +86,55 @@ func TestLimitPerMinute(t *testing.T) {
 		KeysOfferedOverLimit: 2, // key 5 in window 60, key 1 in window 120
 		KeysOverLimit:        1, KeyWindowsOverLimit: 1, AdmittedOverLimit: 1,
 		KeysDeniedUnderLimit: 1, KeyWindowsDeniedUnderLimit: 1, DeniedUnderLimit: 1,
+		KeysSurelyOver: 1, KeyWindowsSurelyOver: 1, SurelyAdmittedOver: 1,
+		KeysSurelyDeniedUnder: 1, KeyWindowsSurelyDeniedUnder: 1, SurelyDeniedUnder: 1,
 		MaxAdmitted: 4, MaxKeyIndex: 1, MaxWindowUnix: 120,
 	}
 	if got := a.limit(); got == nil || *got != want {
 		t.Errorf("limit\n got %+v\nwant %+v", got, want)
+	}
+}
+
+// Answers that come in a later window than their send may have been
+// decided in either: by send time they look wrong, surely they are not.
+func TestLimitLateAnswers(t *testing.T) {
+	a := newAccuracy(100, 1)
+	a.checkLimit(2, 1)
+	w := a.local(0)
+
+	// Key 1: 2 admitted in second 100, and 1 sent in 100 admitted in 101
+	// (decided in 101, say): by send time 3 in 100, surely only 2.
+	addN(w, 100, 1, admitted, 2)
+	w.add(100, 101, 1, admitted)
+	// Key 2: 1 sent in 100 answered in 102, 2 sent in 101 and one of
+	// them denied: window 101 may have seen 3, so the denial is not
+	// surely wrong. Key 3: 1 sent and denied in 102, and 1 more sent in
+	// 101 answered in 102: window 102 saw at most 2, surely wrong.
+	w.add(100, 102, 2, admitted)
+	addN(w, 101, 2, admitted, 1)
+	w.add(101, 101, 2, denied)
+	w.add(101, 102, 3, admitted)
+	// Key 4: 3 admitted in 101, all answered in it: surely over.
+	addN(w, 101, 4, admitted, 3)
+	w.add(102, 102, 3, denied)
+	w.done()
+	a.result()
+
+	want := limitReport{
+		Limit: 2, WindowSeconds: 1, Keys: 4, KeyWindows: 6,
+		KeysOfferedOverLimit: 2, // key 1 in 100, key 4 in 101
+		KeysOverLimit:        2, KeyWindowsOverLimit: 2, AdmittedOverLimit: 2,
+		KeysDeniedUnderLimit: 2, KeyWindowsDeniedUnderLimit: 2, DeniedUnderLimit: 2,
+		KeysSurelyOver: 1, KeyWindowsSurelyOver: 1, SurelyAdmittedOver: 1,
+		KeysSurelyDeniedUnder: 1, KeyWindowsSurelyDeniedUnder: 1, SurelyDeniedUnder: 1,
+		MaxAdmitted: 3, MaxKeyIndex: 1, MaxWindowUnix: 100,
+	}
+	if got := a.limit(); got == nil || *got != want {
+		t.Errorf("limit\n got %+v\nwant %+v", got, want)
+	}
+	rows := a.result()
+	if len(rows) != 3 || rows[2].Keys != 1 || rows[2].Offered != 1 {
+		t.Errorf("rows %+v: second 102 should count key 3 alone, sent once there", rows)
 	}
 }
 
@@ -204,5 +252,7 @@ func TestLimitJSONSchema(t *testing.T) {
 	wantKeys(t, "accuracy.limit", doc["accuracy"].(map[string]any)["limit"], "limit", "window_seconds", "keys",
 		"key_windows", "keys_offered_over_limit", "keys_over_limit", "key_windows_over_limit", "admitted_over_limit",
 		"keys_denied_under_limit", "key_windows_denied_under_limit", "denied_under_limit",
+		"keys_surely_over", "key_windows_surely_over", "surely_admitted_over",
+		"keys_surely_denied_under", "key_windows_surely_denied_under", "surely_denied_under",
 		"max_admitted", "max_key", "max_key_index", "max_window_unix")
 }

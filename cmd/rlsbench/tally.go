@@ -28,14 +28,23 @@ const (
 
 // keyCount is the tally of one key in one second or window: requests
 // offered, and of those the admitted and the denied (the rest failed).
+// The sure counts are those answered in the window they were sent in, so
+// decided in it whatever the server's clock said; reach counts requests
+// sent in an earlier window and answered in this one or later, which the
+// server may have decided in this one.
 type keyCount struct {
 	offered, admitted, denied uint64
+	sureAdmitted, sureDenied  uint64
+	reach                     uint64
 }
 
 func (c *keyCount) addCount(o keyCount) {
 	c.offered += o.offered
 	c.admitted += o.admitted
 	c.denied += o.denied
+	c.sureAdmitted += o.sureAdmitted
+	c.sureDenied += o.sureDenied
+	c.reach += o.reach
 }
 
 // secondRow is the final tally of one second.
@@ -53,7 +62,8 @@ type secondRow struct {
 // accuracy collects the workers' per-second tallies. It is safe for
 // concurrent use.
 type accuracy struct {
-	first int64 // the run's first Unix second
+	first  int64 // the run's first Unix second
+	window int64 // seconds in a window of the limit check; 1 without one
 
 	mu       sync.Mutex
 	open     map[int64]map[int]keyCount
@@ -63,7 +73,7 @@ type accuracy struct {
 }
 
 func newAccuracy(first int64, workers int) *accuracy {
-	a := &accuracy{first: first, open: map[int64]map[int]keyCount{}, workerAt: make([]int64, workers)}
+	a := &accuracy{first: first, window: 1, open: map[int64]map[int]keyCount{}, workerAt: make([]int64, workers)}
 	for i := range a.workerAt {
 		a.workerAt[i] = first
 	}
@@ -87,25 +97,49 @@ func (a *accuracy) local(worker int) *localTally {
 // Call it before the workers start.
 func (a *accuracy) checkLimit(limit uint64, window int64) {
 	a.check = newLimitCheck(limit, window)
+	a.window = window
 }
 
-// add counts one request for key sent in Unix second sec. A worker's
-// seconds must not decrease.
-func (l *localTally) add(sec int64, key int, o outcome) {
+// add counts one request for key sent in Unix second sec and answered in
+// second end. A worker's seconds must not decrease.
+func (l *localTally) add(sec, end int64, key int, o outcome) {
 	if sec != l.second {
 		l.acc.merge(l.worker, l.second, l.keys, sec)
 		clear(l.keys)
 		l.second = sec
 	}
+	win := l.acc.window
+	sw, ew := sec-sec%win, end-end%win
 	kc := l.keys[key]
 	kc.offered++
 	switch o {
 	case admitted:
 		kc.admitted++
+		if sw == ew {
+			kc.sureAdmitted++
+		}
 	case denied:
 		kc.denied++
+		if sw == ew {
+			kc.sureDenied++
+		}
 	}
 	l.keys[key] = kc
+	if ew > sw {
+		l.acc.reach(key, sw+win, ew)
+	}
+}
+
+// reach counts a request of key that the server may have decided in any
+// window from the one starting at second from to the one starting at to,
+// later than the window it was sent in. Those seconds are not final: the
+// worker that sent it counts an earlier one.
+func (a *accuracy) reach(key int, from, to int64) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	for w := from; w <= to; w += a.window {
+		mergeCounts(a.open, w, map[int]keyCount{key: {reach: 1}})
+	}
 }
 
 // done hands over the last second; the worker counts nothing after it.
@@ -147,6 +181,10 @@ func (a *accuracy) final(sec int64, keys map[int]keyCount) {
 func (a *accuracy) row(sec int64, keys map[int]keyCount) secondRow {
 	r := secondRow{Unix: sec, Offset: sec - a.first, Keys: len(keys), MaxKey: -1}
 	for k, c := range keys {
+		if c.offered == 0 { // reached only by requests sent earlier
+			r.Keys--
+			continue
+		}
 		r.Offered += c.offered
 		r.Admitted += c.admitted
 		r.OverLimit += c.denied

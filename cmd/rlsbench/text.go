@@ -115,6 +115,10 @@ func writeLimit(w io.Writer, r *report) {
 		l.KeysOverLimit, l.Limit, l.KeyWindowsOverLimit, l.AdmittedOverLimit)
 	fmt.Fprintf(w, "  keys denied under limit\t%d\tdenied in %d key-windows sent at most %d, %d OVER_LIMIT answers in them\n",
 		l.KeysDeniedUnderLimit, l.KeyWindowsDeniedUnderLimit, l.Limit, l.DeniedUnderLimit)
+	fmt.Fprintf(w, "  surely over limit\t%d\tkeys, in %d key-windows, %d beyond the limit (answered in the window they were sent in)\n",
+		l.KeysSurelyOver, l.KeyWindowsSurelyOver, l.SurelyAdmittedOver)
+	fmt.Fprintf(w, "  surely denied under limit\t%d\tkeys, in %d key-windows, %d OVER_LIMIT answers (windows that saw at most %d even counting late answers)\n",
+		l.KeysSurelyDeniedUnder, l.KeyWindowsSurelyDeniedUnder, l.SurelyDeniedUnder, l.Limit)
 	if l.MaxKeyIndex >= 0 {
 		fmt.Fprintf(w, "  max admitted for one key in one window: %d (%s, window from unix %d)\n", l.MaxAdmitted, l.MaxKey, l.MaxWindowUnix)
 	}
