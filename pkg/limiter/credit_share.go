@@ -113,11 +113,12 @@ func (e *engine) spendShare(cs *creditState, n, now int64, dry bool) (bool, int6
 	if cs.orphan.Load() {
 		return false, 0 // swept: the key's new state holds its share
 	}
+	slack := e.clockErr.Load()/1000 + 1 // before the offset (learnClock)
 	snow := e.storeNow(now)
 	w := cs.ws[0]
 	p := int64(w.Period)
 	ep := snow / p
-	if slack := e.clockErr.Load()/1000 + 1; (snow-slack)/p != ep || (snow+slack)/p != ep {
+	if (snow-slack)/p != ep || (snow+slack)/p != ep {
 		if e.spendAcross(cs, n, now, snow, (snow+slack)/p, dry) {
 			return true, 0
 		}

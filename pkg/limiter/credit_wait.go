@@ -8,7 +8,7 @@ import "time"
 
 // wait registers a request that found no credit, asks for a sync and waits
 // the rule's StoreTimeout, or longer while the store answers (the loop
-// says how long, never past StoreTimeout + contentionWait). Past that the
+// says how long, never past StoreTimeout + contentionWait, 90 ms). Past that the
 // request is an overrun: it is
 // admitted from the credit the hot path holds back (a quarter of the last
 // grant), which the reservation covers; failing that, while the store is
@@ -121,14 +121,26 @@ func (e *engine) overrunOnView(cs *creditState, rule *Rule, n int64) bool {
 	return true
 }
 
-// roundDue is when a waiter that began at start may expect the round it
-// asked for, past its StoreTimeout, on a store that answers: two of the
-// store's usual round trips (the one in flight and its own), at least
-// StoreTimeout, after the timeout. Zero when that is later than last:
-// on a store that slow a waiter does not wait past its StoreTimeout.
+// roundDue is when a waiter that began at start stops waiting for the
+// round it asked for, past its StoreTimeout, on a store that answers.
+// A store usually fast (its fastest recent round trips, which bound the
+// uncertainty of its clock, fit well within StoreTimeout) whose round is
+// late now and then is waited for until last: a late round there is a
+// busy moment, and waiting is the only answer that neither denies a key
+// under its limit nor admits one over it. Otherwise two of the store's
+// usual round trips (the one in flight and its own), at least
+// StoreTimeout, after the timeout, if that ends within lateRoundWait;
+// zero when it does not, or the store does not answer: on a store that
+// slow a waiter does not wait past its StoreTimeout.
 func (e *engine) roundDue(start int64, timeout time.Duration, last int64) int64 {
+	if !e.storeHealthy() || e.lastOK.Load() == 0 {
+		return 0
+	}
+	if 4*e.clockErr.Load() < int64(timeout) {
+		return last
+	}
 	due := start + int64(timeout) + max(int64(timeout), 2*e.roundTrip.Load())
-	if due > last || !e.storeHealthy() || e.lastOK.Load() == 0 {
+	if due > start+int64(timeout+lateRoundWait) {
 		return 0
 	}
 	return due

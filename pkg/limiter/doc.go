@@ -21,9 +21,11 @@
 // only from the budget no replica has reserved (KeyRecord.Sync), so while
 // the store is healthy the replicas together never admit more than the
 // limit. A request that finds no credit waits for a round at most the
-// rule's StoreTimeout (while the store answers, on for two of its usual
-// round trips, within StoreTimeout + 50 ms: its round may have waited
-// for the one in flight); past it, it is admitted from
+// rule's StoreTimeout; while the store answers, on for its round, within
+// StoreTimeout + 90 ms on a store usually fast (its fastest recent round
+// trips well within StoreTimeout: a late round is a busy moment), else
+// for two of its usual round trips within StoreTimeout + 50 ms (its round
+// may have waited for the one in flight); past it, it is admitted from
 // the quarter of the credit the hot path holds back for late rounds
 // (still covered by the reservation), or denied. Credit is asked for at half spent, sized from
 // the key's rate; once over half of a window is used or reserved, a

@@ -338,16 +338,19 @@ func TestSimSkewedManyKeys(t *testing.T) {
 // just under StoreTimeout (10 ms), and by 12 ms, just over it. The round
 // a request asks for may have to wait for the one in flight; while the
 // store answers, a request waits for it as long as two of the store's
-// usual round trips. When it waited one more StoreTimeout at most, 8-ms
-// calls left 7 key-seconds sent at most the limit with a denial and
-// 12-ms calls 207–213 (now 6–9 and 21–31); when it did not wait past StoreTimeout, 8-ms calls
-// left 314–334. No window may go over, and no decision waits longer than
-// StoreTimeout + contentionWait.
+// usual round trips, and up to StoreTimeout + contentionWait for units
+// the other replicas release. When it waited one more StoreTimeout at
+// most, 8-ms calls left 7 key-seconds sent at most the limit with a
+// denial and 12-ms calls 207–213 (two round trips within 50 ms: 6–9 and
+// 21–31; with releases waited for up to 90 ms, 9–12 and 10–12); when it
+// did not wait past StoreTimeout, 8-ms calls left 314–334. No window may
+// go over, and no decision waits longer than StoreTimeout +
+// contentionWait.
 func TestSimSkewedRoundsNearTimeout(t *testing.T) {
 	for _, c := range []struct {
 		delay time.Duration
 		bound int
-	}{{8 * time.Millisecond, 20}, {12 * time.Millisecond, 60}} {
+	}{{8 * time.Millisecond, 25}, {12 * time.Millisecond, 25}} {
 		t.Run(c.delay.String(), func(t *testing.T) {
 			r := keySim{rule: perSecond(10), replicas: 4, keys: 1000, zipf: 1.1, rate: 3000,
 				duration: 20 * time.Second, measureFrom: 5 * time.Second,
@@ -361,12 +364,16 @@ func TestSimSkewedRoundsNearTimeout(t *testing.T) {
 // delayed as the sync rounds of workload B of scripts/many-keys.sh were
 // on a 2-core machine that ran the four replicas, Redis and the load
 // (ratelimit_sync_duration_seconds: 30 % under 5 ms, 25 % 5–10 ms, 30 %
-// 10–25 ms, 13 % 25–50 ms, 2 % 50–100 ms). Rounds one at a time queue
-// behind the slow ones, and some waiters still time out; the clock's
-// uncertainty follows the fastest round trips (storeclock.go), not the
-// slowest. When it followed the slowest and waiters waited one more
-// StoreTimeout at most, 351–364 key-seconds sent at most the limit saw a
-// denial; now 247–255.
+// 10–25 ms, 13 % 25–50 ms, 2 % 50–100 ms). Key-seconds sent at most the
+// limit that saw a denial: 351–364 when the clock's uncertainty followed
+// the slowest round trips and waiters waited one more StoreTimeout at
+// most; 240–255 with the uncertainty from the fastest (storeclock.go)
+// and two usual round trips within 50 ms; 80–82 now that a store usually
+// fast is waited for up to StoreTimeout + contentionWait (90 ms). Rounds
+// that overlap (a request's round goes at once, not after the one in
+// flight) left 25–38, but let a window go one over its limit against a
+// real Redis once in 8 runs (TestRealtimeSkewedManyKeys), by a cause not
+// found; they are not used.
 func TestSimSkewedRoundsLongTail(t *testing.T) {
 	var mu sync.Mutex
 	rng := rand.New(rand.NewPCG(3, 4))
@@ -390,7 +397,7 @@ func TestSimSkewedRoundsLongTail(t *testing.T) {
 	r := keySim{rule: perSecond(10), replicas: 4, keys: 1000, zipf: 1.1, rate: 3000,
 		duration: 20 * time.Second, measureFrom: 5 * time.Second,
 		during: func(r *keyRun) { r.faulty.SetDelays(draw) }}.run(t)
-	r.checkLate(t, 300)
+	r.checkLate(t, 120)
 }
 
 // checkLate fails t for a window over the limit, more than bound key
@@ -412,7 +419,7 @@ func (r *keyRun) checkLate(t *testing.T, bound int) {
 	if under > bound {
 		t.Errorf("%d key-seconds denied though sent no more than the limit, bound %d", under, bound)
 	}
-	if r.longest > 60*time.Millisecond+time.Millisecond {
+	if r.longest > 100*time.Millisecond+time.Millisecond {
 		t.Errorf("a decision took %v > StoreTimeout + contentionWait", r.longest)
 	}
 }

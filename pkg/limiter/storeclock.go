@@ -30,9 +30,11 @@ type storeClock struct {
 }
 
 // learn merges a sample: sent and now are local ns around a call that
-// read storeNow (µs). It returns the new offset (µs) and uncertainty
-// (ns, with the drift until the next sample).
-func (c *storeClock) learn(sent, now, storeNow int64) (offset, uncertainty int64) {
+// read storeNow (µs). It calls publish, under its lock, with the new
+// offset (µs) and uncertainty (ns, with the drift until the next sample):
+// calls that overlap publish in the order they merged, so an older and
+// wider estimate never stands beside a newer, narrower uncertainty.
+func (c *storeClock) learn(sent, now, storeNow int64, publish func(offset, uncertainty int64)) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	half := max((now-sent)/2, 0) + 1000 // and the store's µs resolution
@@ -45,15 +47,18 @@ func (c *storeClock) learn(sent, now, storeNow int64) (offset, uncertainty int64
 		lo, hi = sample-half, sample+half
 	}
 	c.known, c.offset, c.err, c.at = true, lo+(hi-lo)/2, (hi-lo+1)/2, now
-	return c.offset / 1000, c.err + clockSlack
+	publish(c.offset/1000, c.err+clockSlack)
 }
 
 // learnClock records a store call sent at sent (local ns) that read the
-// store's clock as storeNow (µs), answered now.
+// store's clock as storeNow (µs), answered now. The offset is published
+// before the uncertainty, and readers load the uncertainty first: one
+// that sees the new uncertainty sees the offset that goes with it.
 func (e *engine) learnClock(sent, storeNow int64) {
 	now := e.now()
 	e.lastOK.Store(now)
-	off, uncertainty := e.storeClk.learn(sent, now, storeNow)
-	e.offset.Store(off)
-	e.clockErr.Store(uncertainty)
+	e.storeClk.learn(sent, now, storeNow, func(off, uncertainty int64) {
+		e.offset.Store(off)
+		e.clockErr.Store(uncertainty)
+	})
 }

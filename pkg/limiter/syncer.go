@@ -21,11 +21,15 @@ const (
 	// is released within it and a round.
 	contentionEvery = 5 * tick
 	// contentionWait bounds how long past its StoreTimeout a request
-	// waits for other replicas to release their shares of its key and
-	// hand back their credit: a feed read, their round and the key's
-	// next one, with room to spare. Envoy's timeout for the rate limit
-	// service must exceed StoreTimeout + contentionWait.
-	contentionWait = 5 * tick
+	// waits: for other replicas to release their shares of its key and
+	// hand back their credit (a feed read, their round and the key's
+	// next one, with room to spare), or for a late round of a store
+	// usually fast. Envoy's timeout for the rate limit service must
+	// exceed StoreTimeout + contentionWait.
+	contentionWait = 9 * tick
+	// lateRoundWait bounds how long past its StoreTimeout a request
+	// waits for a round of a store that is not usually fast.
+	lateRoundWait = 5 * tick
 )
 
 // enqueue lists a key that asked for a sync, so the next round finds it
