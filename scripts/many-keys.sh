@@ -242,6 +242,10 @@ def tables(rows_file, duration, keys, c, zkeys, zipf):
               f'| {lim["keys_offered_over_limit"]} | {lim["keys_over_limit"]} | {lim["keys_surely_over"]} | {lim["key_windows_over_limit"]} | {lim["admitted_over_limit"]} '
               f'| {lim["keys_denied_under_limit"]} | {lim["keys_surely_denied_under"]} | {lim["key_windows_surely_denied_under"]} | {lim["surely_denied_under"]} '
               f'| {lim["max_admitted"]} ({lim["max_key"]}) |')
+        if lim.get("surely_over_key"):
+            print()
+            print(f'Surely over: the first, {lim["surely_over_key"]} admitted {lim["surely_over_admitted"]} '
+                  f'in the second from unix {lim["surely_over_window_unix"]}.')
         x = r.get("redis")
         if x:
             print()

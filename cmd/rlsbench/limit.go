@@ -53,10 +53,17 @@ type limitReport struct {
 	KeysSurelyDeniedUnder       int    `json:"keys_surely_denied_under"`
 	KeyWindowsSurelyDeniedUnder uint64 `json:"key_windows_surely_denied_under"`
 	SurelyDeniedUnder           uint64 `json:"surely_denied_under"`
-	MaxAdmitted                 uint64 `json:"max_admitted"`
-	MaxKey                      string `json:"max_key"`
-	MaxKeyIndex                 int    `json:"max_key_index"`
-	MaxWindowUnix               int64  `json:"max_window_unix"`
+	// The first key-window surely over the limit (the earliest window,
+	// then the lowest key), and how many it surely admitted; index -1:
+	// none.
+	SurelyOverKey      string `json:"surely_over_key,omitempty"`
+	SurelyOverKeyIndex int    `json:"surely_over_key_index"`
+	SurelyOverWindow   int64  `json:"surely_over_window_unix"`
+	SurelyOverAdmitted uint64 `json:"surely_over_admitted"`
+	MaxAdmitted        uint64 `json:"max_admitted"`
+	MaxKey             string `json:"max_key"`
+	MaxKeyIndex        int    `json:"max_key_index"`
+	MaxWindowUnix      int64  `json:"max_window_unix"`
 }
 
 // limitCheck accumulates the final seconds into windows and checks each
@@ -79,7 +86,7 @@ func newLimitCheck(limit uint64, window int64) *limitCheck {
 		deniedUnder:  map[int]struct{}{},
 		surelyOver:   map[int]struct{}{},
 		surelyDenied: map[int]struct{}{},
-		r:            limitReport{Limit: limit, WindowSeconds: window, MaxKeyIndex: -1},
+		r:            limitReport{Limit: limit, WindowSeconds: window, MaxKeyIndex: -1, SurelyOverKeyIndex: -1},
 	}
 }
 
@@ -105,7 +112,7 @@ func (c *limitCheck) closeBefore(low int64) {
 func (c *limitCheck) checkWindow(w int64, keys map[int]keyCount) {
 	r, limit := &c.r, c.r.Limit
 	for k, kc := range keys {
-		c.checkSure(k, kc)
+		c.checkSure(w, k, kc)
 		if kc.offered == 0 { // reached only by requests sent earlier
 			continue
 		}
@@ -134,9 +141,12 @@ func (c *limitCheck) checkWindow(w int64, keys map[int]keyCount) {
 }
 
 // checkSure makes the sure checks of one key's window.
-func (c *limitCheck) checkSure(k int, kc keyCount) {
+func (c *limitCheck) checkSure(w int64, k int, kc keyCount) {
 	r, limit := &c.r, c.r.Limit
 	if kc.sureAdmitted > limit {
+		if i := r.SurelyOverKeyIndex; i < 0 || w < r.SurelyOverWindow || w == r.SurelyOverWindow && k < i {
+			r.SurelyOverKeyIndex, r.SurelyOverWindow, r.SurelyOverAdmitted = k, w, kc.sureAdmitted
+		}
 		c.surelyOver[k] = struct{}{}
 		r.KeyWindowsSurelyOver++
 		r.SurelyAdmittedOver += kc.sureAdmitted - limit

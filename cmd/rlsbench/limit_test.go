@@ -48,6 +48,7 @@ func TestLimitPerSecond(t *testing.T) {
 		// Every answer came in the second it was sent in: all is sure.
 		KeysSurelyOver: 2, KeyWindowsSurelyOver: 2, SurelyAdmittedOver: 2,
 		KeysSurelyDeniedUnder: 1, KeyWindowsSurelyDeniedUnder: 2, SurelyDeniedUnder: 3,
+		SurelyOverKeyIndex: 1, SurelyOverWindow: 100, SurelyOverAdmitted: 3,
 		MaxAdmitted: 3, MaxKeyIndex: 1, MaxWindowUnix: 100,
 	}
 	if got := a.limit(); got == nil || *got != want {
@@ -88,6 +89,7 @@ func TestLimitPerMinute(t *testing.T) {
 		KeysDeniedUnderLimit: 1, KeyWindowsDeniedUnderLimit: 1, DeniedUnderLimit: 1,
 		KeysSurelyOver: 1, KeyWindowsSurelyOver: 1, SurelyAdmittedOver: 1,
 		KeysSurelyDeniedUnder: 1, KeyWindowsSurelyDeniedUnder: 1, SurelyDeniedUnder: 1,
+		SurelyOverKeyIndex: 1, SurelyOverWindow: 120, SurelyOverAdmitted: 4,
 		MaxAdmitted: 4, MaxKeyIndex: 1, MaxWindowUnix: 120,
 	}
 	if got := a.limit(); got == nil || *got != want {
@@ -127,6 +129,7 @@ func TestLimitLateAnswers(t *testing.T) {
 		KeysDeniedUnderLimit: 2, KeyWindowsDeniedUnderLimit: 2, DeniedUnderLimit: 2,
 		KeysSurelyOver: 1, KeyWindowsSurelyOver: 1, SurelyAdmittedOver: 1,
 		KeysSurelyDeniedUnder: 1, KeyWindowsSurelyDeniedUnder: 1, SurelyDeniedUnder: 1,
+		SurelyOverKeyIndex: 4, SurelyOverWindow: 101, SurelyOverAdmitted: 3,
 		MaxAdmitted: 3, MaxKeyIndex: 1, MaxWindowUnix: 100,
 	}
 	if got := a.limit(); got == nil || *got != want {
@@ -254,5 +257,6 @@ func TestLimitJSONSchema(t *testing.T) {
 		"keys_denied_under_limit", "key_windows_denied_under_limit", "denied_under_limit",
 		"keys_surely_over", "key_windows_surely_over", "surely_admitted_over",
 		"keys_surely_denied_under", "key_windows_surely_denied_under", "surely_denied_under",
+		"surely_over_key_index", "surely_over_window_unix", "surely_over_admitted",
 		"max_admitted", "max_key", "max_key_index", "max_window_unix")
 }

@@ -158,6 +158,9 @@ func accuracyOf(rows []secondRow, limit *limitReport, tmpl *requestTemplate) acc
 	if limit != nil && limit.MaxKeyIndex >= 0 {
 		limit.MaxKey = tmpl.keyName(limit.MaxKeyIndex)
 	}
+	if limit != nil && limit.SurelyOverKeyIndex >= 0 {
+		limit.SurelyOverKey = tmpl.keyName(limit.SurelyOverKeyIndex)
+	}
 	if a.Seconds == nil {
 		a.Seconds = []secondRow{}
 	}

@@ -117,6 +117,9 @@ func writeLimit(w io.Writer, r *report) {
 		l.KeysDeniedUnderLimit, l.KeyWindowsDeniedUnderLimit, l.Limit, l.DeniedUnderLimit)
 	fmt.Fprintf(w, "  surely over limit\t%d\tkeys, in %d key-windows, %d beyond the limit (answered in the window they were sent in)\n",
 		l.KeysSurelyOver, l.KeyWindowsSurelyOver, l.SurelyAdmittedOver)
+	if l.SurelyOverKeyIndex >= 0 {
+		fmt.Fprintf(w, "    the first: %s admitted %d in the window from unix %d\n", l.SurelyOverKey, l.SurelyOverAdmitted, l.SurelyOverWindow)
+	}
 	fmt.Fprintf(w, "  surely denied under limit\t%d\tkeys, in %d key-windows, %d OVER_LIMIT answers (windows that saw at most %d even counting late answers)\n",
 		l.KeysSurelyDeniedUnder, l.KeyWindowsSurelyDeniedUnder, l.SurelyDeniedUnder, l.Limit)
 	if l.MaxKeyIndex >= 0 {
