@@ -231,14 +231,15 @@ func (g *rtGroup) run(tr rtTraffic, start, end time.Time) []rtCall {
 				key := pick()
 				req[0].Key = tr.keys[key]
 				t0 := time.Now()
-				r := live[turn%len(live)]
+				ri := turn % len(live)
+				r := live[ri]
 				ok, err := r.lim.Decide(req, out)
 				t1 := time.Now()
 				if ok {
 					r.admitted.Add(1)
 				}
 				mine = append(mine, rtCall{start: t0.UnixNano(), end: t1.UnixNano(), key: key,
-					ok: ok, err: err != nil, mode: out[0].Mode})
+					ok: ok, err: err != nil, mode: out[0].Mode, replica: ri})
 				next = next.Add(pace)
 				if t1.Sub(next) > pace {
 					next = t1
@@ -308,7 +309,7 @@ func rtSpans(calls []rtCall, base int64) string {
 	slices.SortFunc(calls, func(x, y rtCall) int { return int(x.start - y.start) })
 	parts := make([]string, len(calls))
 	for i, c := range calls {
-		parts[i] = fmt.Sprintf("%.3f–%.3fms %v", float64(c.start-base)/1e6, float64(c.end-base)/1e6, c.mode)
+		parts[i] = fmt.Sprintf("%.3f–%.3fms %v@r%d", float64(c.start-base)/1e6, float64(c.end-base)/1e6, c.mode, c.replica)
 	}
 	return strings.Join(parts, ", ")
 }

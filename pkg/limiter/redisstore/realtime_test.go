@@ -157,6 +157,7 @@ type rtCall struct {
 	ok         bool
 	err        bool
 	mode       limiter.Mode
+	replica    int // index in the group's live replicas, where there is a group
 }
 
 func (c rtCall) latency() time.Duration { return time.Duration(c.end - c.start) }
