@@ -145,6 +145,37 @@ func TestSweptCreditStateHandsOver(t *testing.T) {
 	}
 }
 
+// TestSweepKeepsActiveShareKey: a key with a static share that the sync
+// loop holds (active) stays through a sweep however long ago it was
+// created; swept in the middle of an epoch, it came back with that
+// epoch's share whole and its replica admitted the share twice (a window
+// 11 of 10 against a real Redis, one run in eight). Once it leaves the
+// active keys it is kept for two periods from its last use.
+func TestSweepKeepsActiveShareKey(t *testing.T) {
+	l := New(WithStore(nopStore{}, "r"))
+	rule := &Rule{Windows: []Window{{Limit: 10, Period: time.Second}}}
+	key := []byte("k")
+	now := l.now()
+	cs := l.eng.creditFor(key, rule, now)
+	if cs.share == nil {
+		t.Fatal("no static share for a fixed window")
+	}
+	l.eng.activate(cs)
+	later := now + 5*int64(time.Second)
+	cs.lastUse.Store(later)
+	if n := l.keys.sweep(later); n != 0 || cs.orphan.Load() {
+		t.Fatalf("an active share key in use: sweep removed %d, orphan %v", n, cs.orphan.Load())
+	}
+	l.eng.deactivate(cs)
+	l.keys.get(key).fresh.Store(later)
+	if n := l.keys.sweep(later + int64(time.Second)); n != 0 {
+		t.Fatalf("a share key used a period ago: sweep removed %d", n)
+	}
+	if n := l.keys.sweep(later + 2*int64(time.Second)); n != 1 || !cs.orphan.Load() {
+		t.Fatalf("a share key unused for two periods: sweep removed %d, orphan %v", n, cs.orphan.Load())
+	}
+}
+
 // nopStore grants nothing and fails nothing: a store for tests that never
 // run a sync round.
 type nopStore struct{}

@@ -88,12 +88,19 @@ type rtGroup struct {
 	all     []*rtReplica
 	live    atomic.Pointer[[]*rtReplica] // those that get traffic
 	ready   time.Time                    // when the first replicas all counted each other
+	rec     *syncLog                     // records the sync rounds; nil: none
 }
 
 // rtGroupStart starts n replicas and waits until each counts all n.
 func rtGroupStart(t *testing.T, addr, service string, n int) *rtGroup {
+	return rtGroupRecorded(t, addr, service, n, nil)
+}
+
+// rtGroupRecorded is rtGroupStart with every replica's sync rounds
+// recorded in rec (nil: none).
+func rtGroupRecorded(t *testing.T, addr, service string, n int, rec *syncLog) *rtGroup {
 	t.Helper()
-	g := &rtGroup{t: t, addr: addr, service: service}
+	g := &rtGroup{t: t, addr: addr, service: service, rec: rec}
 	g.live.Store(&[]*rtReplica{})
 	t.Cleanup(g.stop)
 	for range n {
@@ -110,7 +117,11 @@ func (g *rtGroup) add() *rtReplica {
 	defer g.mu.Unlock()
 	name := fmt.Sprint("replica-", len(g.all))
 	client := redis.NewClient(&redis.Options{Addr: g.addr, MaxRetries: -1, DialerRetries: 1, DialTimeout: time.Second})
-	faulty := limitertest.NewFaultyStore(redisstore.New(client, g.service))
+	var store limiter.Store = redisstore.New(client, g.service)
+	if g.rec != nil {
+		store = recordingStore{Store: store, log: g.rec}
+	}
+	faulty := limitertest.NewFaultyStore(store)
 	ctx, cancel := context.WithCancel(context.Background())
 	r := &rtReplica{name: name, lim: limiter.New(limiter.WithStore(faulty, name)),
 		faulty: faulty, client: client, cancel: cancel, done: make(chan struct{})}

@@ -232,20 +232,23 @@ func TestRealtimeReplicaRestart(t *testing.T) {
 
 // TestRealtimeSkewedManyKeys is the design's skewed row: 1 000 keys of 10
 // a second with Zipf(1.1) popularity, 3 000 requests a second over 4
-// replicas, for 8 s. The design wants no key's window over its limit;
-// on a machine that stalls the process for 100 ms and more, a key-second
-// now and then admits one more (mid-second, with no sync failure), so a
-// window over L is logged and one over L + N (the fail-static bound)
-// fails the test. Key-seconds that saw a denial though no more than the
-// limit was sent in them (or decided in them: a request that waited past
-// a boundary competes for the next second's budget) are counted and
-// logged.
+// replicas, for 8 s: no key's window over its limit, counting only the
+// admits that began and ended in it. A key-second now and then admitted
+// one more, one run in eight: the sweep removed a key its replica had
+// begun to sync, in the middle of an epoch, and the key came back with
+// that epoch's static share whole (TestSweepKeepsActiveShareKey). Every
+// round is recorded and replayed through the Go reference, which must
+// give the replies Redis gave. Key-seconds that saw a denial though no
+// more than the limit was sent in them (or decided in them: a request
+// that waited past a boundary competes for the next second's budget) are
+// counted and logged.
 func TestRealtimeSkewedManyKeys(t *testing.T) {
 	rtSkipShort(t)
 	srv := redistest.Start(t)
 	rule := rtPerSecond(10)
 	keys := rtKeys(rule, 1000)
-	g := rtGroupStart(t, srv.Addr, "realtime-skewed", 4)
+	rec := &syncLog{}
+	g := rtGroupRecorded(t, srv.Addr, "realtime-skewed", 4, rec)
 	const seconds = 8
 	start := rtShareWindow(t, g, time.Second, time.Second)
 	// As many callers as a proxy has requests in flight: one that waits
@@ -255,10 +258,7 @@ func TestRealtimeSkewedManyKeys(t *testing.T) {
 	stalls.close()
 	rtErrors(t, calls)
 	from := start.Unix()
-	if n, worst := rtOverPeriod(calls, 10, time.Second, from, from+seconds); n > 0 {
-		t.Logf("OVER THE LIMIT: %d keys admitted more than 10 in a second: %s", n, strings.Join(worst, "; "))
-	}
-	rtAssertWithin(t, calls, 10+4, time.Second, from, from+seconds)
+	rtAssertWithin(t, calls, 10, time.Second, from, from+seconds)
 
 	var denied int
 	for _, c := range calls {
@@ -275,4 +275,6 @@ func TestRealtimeSkewedManyKeys(t *testing.T) {
 	t.Logf("admitted per second, the busiest key: %v", rtAdmitted(calls, 0, time.Second, from, from+seconds))
 	t.Logf("decision latency: %s; scheduler: %v", lat, stalls)
 	g.logStats(t)
+	g.stop()
+	rec.replay(t)
 }
