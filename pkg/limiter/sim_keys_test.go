@@ -371,9 +371,7 @@ func TestSimSkewedRoundsNearTimeout(t *testing.T) {
 // and two usual round trips within 50 ms; 80–82 now that a store usually
 // fast is waited for up to StoreTimeout + contentionWait (90 ms). Rounds
 // that overlap (a request's round goes at once, not after the one in
-// flight) left 25–38, but let a window go one over its limit against a
-// real Redis once in 8 runs (TestRealtimeSkewedManyKeys), by a cause not
-// found; they are not used.
+// flight) left 25–38 (runRounds says why they are not used).
 func TestSimSkewedRoundsLongTail(t *testing.T) {
 	var mu sync.Mutex
 	rng := rand.New(rand.NewPCG(3, 4))
