@@ -77,8 +77,11 @@
 // traffic spent the budget first. It never undershoots.
 //
 // Memory. Keys whose state has returned to "fresh" (their windows passed,
-// their bucket refilled, no credit held) are evicted by Run, so memory is
-// bounded by the keys active within their windows, not by every key seen;
+// their bucket refilled, no credit held; a key with a static share once
+// the sync loop has let it go and two periods have passed since its last
+// use, so no share is counted twice in an epoch) are evicted by Run, so
+// memory is bounded by the keys active within their windows, not by
+// every key seen;
 // the table's maps are rebuilt for the keys left, so a spike's memory is
 // returned. At most WithMaxKeys keys are held: at the bound a charge of a
 // key not held is denied (ModeFull), never admitted untracked.
