@@ -15,6 +15,15 @@ func addN(l *localTally, sec int64, key int, o outcome, n int) {
 	}
 }
 
+// wantLimit fails t unless the limit check of a, its workers done and
+// its result taken, reports want.
+func wantLimit(t *testing.T, a *accuracy, want limitReport) {
+	t.Helper()
+	if got := a.limit(); got == nil || *got != want {
+		t.Errorf("limit\n got %+v\nwant %+v", got, want)
+	}
+}
+
 func TestLimitPerSecond(t *testing.T) {
 	a := newAccuracy(100, 2)
 	a.checkLimit(2, 1)
@@ -51,9 +60,7 @@ func TestLimitPerSecond(t *testing.T) {
 		SurelyOverKeyIndex: 1, SurelyOverWindow: 100, SurelyOverAdmitted: 3,
 		MaxAdmitted: 3, MaxKeyIndex: 1, MaxWindowUnix: 100,
 	}
-	if got := a.limit(); got == nil || *got != want {
-		t.Errorf("limit\n got %+v\nwant %+v", got, want)
-	}
+	wantLimit(t, a, want)
 }
 
 func TestLimitPerMinute(t *testing.T) {
@@ -92,9 +99,7 @@ func TestLimitPerMinute(t *testing.T) {
 		SurelyOverKeyIndex: 1, SurelyOverWindow: 120, SurelyOverAdmitted: 4,
 		MaxAdmitted: 4, MaxKeyIndex: 1, MaxWindowUnix: 120,
 	}
-	if got := a.limit(); got == nil || *got != want {
-		t.Errorf("limit\n got %+v\nwant %+v", got, want)
-	}
+	wantLimit(t, a, want)
 }
 
 // Answers that come in a later window than their send may have been
@@ -132,9 +137,7 @@ func TestLimitLateAnswers(t *testing.T) {
 		SurelyOverKeyIndex: 4, SurelyOverWindow: 101, SurelyOverAdmitted: 3,
 		MaxAdmitted: 3, MaxKeyIndex: 1, MaxWindowUnix: 100,
 	}
-	if got := a.limit(); got == nil || *got != want {
-		t.Errorf("limit\n got %+v\nwant %+v", got, want)
-	}
+	wantLimit(t, a, want)
 	rows := a.result()
 	if len(rows) != 3 || rows[2].Keys != 1 || rows[2].Offered != 1 {
 		t.Errorf("rows %+v: second 102 should count key 3 alone, sent once there", rows)
