@@ -11,9 +11,8 @@ import "time"
 // says how long, never past StoreTimeout + contentionWait, 90 ms). Past
 // that the request is an overrun: it is admitted from the credit the hot
 // path holds back (a quarter of the last grant), which the reservation
-// covers; failing that, while the store is
-// usually fast, on the last view within this replica's share of it; else
-// it is denied.
+// covers; failing that, while the store is usually fast, on the last
+// view within this replica's share of it; else it is denied.
 func (e *engine) wait(cs *creditState, rule *Rule, n int64, now int64) Result {
 	w := &waiter{n: n, done: make(chan bool, 1)}
 	cold := cs.view.Load() == nil
