@@ -304,7 +304,8 @@ func (e *engine) degradedDecide(cs *creditState, rule *Rule, n int64, now int64)
 }
 
 // seedFallback starts the local windows of degraded mode from this
-// replica's share of the last view plus its unpushed admits, so entering
+// replica's share of the last view plus its unpushed admits, and never
+// below what its static share admitted in the window, so entering
 // fail-static in mid-window does not hand out a fresh ⌈L/N⌉; a key that
 // never synced, from what its static share admitted in the window.
 // cs.mu must be held.
@@ -328,6 +329,12 @@ func (cs *creditState) seedFallback(e *engine, rule *Rule, shares uint64, now in
 		v := view.windows[i]
 		v.Roll(w, snow)
 		fb[i] = WindowState{Epoch: v.Epoch, Cur: v.Cur/shares + pending, Prev: v.Prev / shares}
+	}
+	if cs.share != nil && fb[0].Epoch == snow/int64(cs.ws[0].Period) {
+		// Never less than what this replica's share admitted in the
+		// window: a view that counts those admits, pushed, splits them
+		// over the N replicas, and the replica would admit them again.
+		fb[0].Cur = max(fb[0].Cur, cs.share.spentIn(cs.ws[0], snow)+uint64(max(cs.hits.Load(), 0)))
 	}
 	return fb
 }

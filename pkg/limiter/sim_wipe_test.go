@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/ratelimit-svc/ratelimit-svc/pkg/limiter"
+	"github.com/ratelimit-svc/ratelimit-svc/pkg/limiter/limitertest"
 	"github.com/ratelimit-svc/ratelimit-svc/pkg/limiter/memstore"
 )
 
@@ -224,4 +225,57 @@ func runReplicas(ctx context.Context, store limiter.Store, names ...string) ([]*
 		wg.Go(func() { l.Run(ctx) })
 	}
 	return ls, &wg
+}
+
+// TestSimOutageAfterShareSync: replica a spends 45 of its static share
+// of 50 (100/minute, 2 replicas), which makes it sync for credit ahead,
+// so its view counts those 45; replica b spends 30 of its share and never
+// syncs. Then the store hangs and both keep trying. Degraded mode gives
+// each replica ⌈L/N⌉ of the window less what it already admitted: when
+// a's seed was half its view (22), it admitted 28 more and the minute
+// reached 123 of 100 (the soak's pause minute reached 125).
+func TestSimOutageAfterShareSync(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		ctx, cancel := context.WithCancel(context.Background())
+		store := limitertest.NewFaultyStore(memstore.New(nil))
+		ls, wg := runReplicas(ctx, store, "a", "b")
+		defer func() {
+			cancel()
+			wg.Wait()
+		}()
+		a, b := ls[0], ls[1]
+		// The first minute that begins a lease after both joined.
+		time.Sleep(time.Until(time.Now().Truncate(time.Minute).Add(time.Minute)))
+		rule := perMinute(100)
+		key := []byte("k|" + rule.Fingerprint())
+		admit := func(l *limiter.Limiter, n int) uint64 {
+			var got uint64
+			out := make([]limiter.Result, 1)
+			for range n {
+				if ok, _ := l.Decide([]limiter.Request{{Key: key, Rule: rule, Hits: 1}}, out); ok {
+					got++
+				}
+				time.Sleep(10 * time.Millisecond)
+			}
+			return got
+		}
+		beforeA := admit(a, 45)
+		time.Sleep(time.Second) // a's sync ahead of its share's end
+		beforeB := admit(b, 30)
+		store.SetDelay(time.Hour)
+		time.Sleep(3 * time.Second) // past CacheTTL: degraded
+		outA, outB := admit(a, 50), admit(b, 50)
+		store.SetDelay(0)
+		t.Logf("before the outage a %d, b %d; in it a %d, b %d", beforeA, beforeB, outA, outB)
+		if beforeA != 45 || beforeB != 30 {
+			t.Fatalf("before the outage a admitted %d of 45, b %d of 30", beforeA, beforeB)
+		}
+		half := (rule.Windows[0].Limit + 1) / 2
+		if beforeA+outA > half || beforeB+outB > half {
+			t.Errorf("a replica admitted more than ⌈L/N⌉ = %d of the minute: a %d, b %d", half, beforeA+outA, beforeB+outB)
+		}
+		if total := beforeA + beforeB + outA + outB; total > rule.Windows[0].Limit {
+			t.Errorf("the minute admitted %d > %d", total, rule.Windows[0].Limit)
+		}
+	})
 }
