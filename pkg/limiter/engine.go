@@ -304,37 +304,36 @@ func (e *engine) degradedDecide(cs *creditState, rule *Rule, n int64, now int64)
 }
 
 // seedFallback starts the local windows of degraded mode from this
-// replica's share of the last view plus its unpushed admits, and never
-// below what its static share admitted in the window, so entering
-// fail-static in mid-window does not hand out a fresh ⌈L/N⌉; a key that
-// never synced, from what its static share admitted in the window.
-// cs.mu must be held.
+// replica's share of the last view plus its unpushed admits, and for a
+// key with a static share never below what that share admitted in the
+// window (all a key that never synced has to go on), so entering
+// fail-static in mid-window does not hand out a fresh ⌈L/N⌉. cs.mu must
+// be held.
 func (cs *creditState) seedFallback(e *engine, rule *Rule, shares uint64, now int64) []WindowState {
 	fb := make([]WindowState, len(rule.Windows))
-	view := cs.view.Load()
 	snow := e.storeNow(now)
-	if view == nil && cs.share != nil {
+	if view := cs.view.Load(); view != nil && rule.Algorithm != TokenBucket {
+		// What this replica admitted that the view does not count:
+		// pending, and pushed by a round still in flight (a store that
+		// hangs: its outage began while the round waited).
+		pending := uint64(max(cs.hits.Load(), 0) + cs.share.pendingUnits() + cs.flying)
+		for i, w := range cs.ws {
+			v := view.windows[i]
+			v.Roll(w, snow)
+			fb[i] = WindowState{Epoch: v.Epoch, Cur: v.Cur/shares + pending, Prev: v.Prev / shares}
+		}
+	}
+	if cs.share != nil {
+		// A view that counts this replica's share hits, pushed, splits
+		// them over the N replicas: it would admit them again.
 		w := cs.ws[0]
-		fb[0] = WindowState{Epoch: snow / int64(w.Period), Cur: cs.share.spentIn(w, snow) + uint64(max(cs.hits.Load(), 0))}
-		return fb
-	}
-	if view == nil || rule.Algorithm == TokenBucket {
-		return fb
-	}
-	// What this replica admitted that the view does not count: pending,
-	// and pushed by a round still in flight (a store that hangs: its
-	// outage began while the round waited).
-	pending := uint64(max(cs.hits.Load(), 0) + cs.share.pendingUnits() + cs.flying)
-	for i, w := range cs.ws {
-		v := view.windows[i]
-		v.Roll(w, snow)
-		fb[i] = WindowState{Epoch: v.Epoch, Cur: v.Cur/shares + pending, Prev: v.Prev / shares}
-	}
-	if cs.share != nil && fb[0].Epoch == snow/int64(cs.ws[0].Period) {
-		// Never less than what this replica's share admitted in the
-		// window: a view that counts those admits, pushed, splits them
-		// over the N replicas, and the replica would admit them again.
-		fb[0].Cur = max(fb[0].Cur, cs.share.spentIn(cs.ws[0], snow)+uint64(max(cs.hits.Load(), 0)))
+		epoch := snow / int64(w.Period)
+		if fb[0] == (WindowState{}) { // no view
+			fb[0].Epoch = epoch
+		}
+		if fb[0].Epoch == epoch {
+			fb[0].Cur = max(fb[0].Cur, cs.share.spentIn(w, snow)+uint64(max(cs.hits.Load(), 0)))
+		}
 	}
 	return fb
 }
