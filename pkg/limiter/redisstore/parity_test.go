@@ -36,6 +36,7 @@ var (
 // store; the script cache is flushed twice on the way, so rounds take
 // the NOSCRIPT reload path.
 func TestParity(t *testing.T) {
+	t.Parallel()
 	srv := redistest.Start(t)
 	client := srv.Client(t)
 	loads := &loadCounter{}

@@ -61,7 +61,10 @@ func TestRealtimeManyKeysFarBelowLimit(t *testing.T) {
 		admins = append(admins, rtClient(t, srv.Addr))
 	}
 	for i, g := range groups {
-		t.Run(fmt.Sprint(len(g.all), " replicas"), func(t *testing.T) { rtManyKeys(t, g, admins[i], rule, keys) })
+		t.Run(fmt.Sprint(len(g.all), " replicas"), func(t *testing.T) {
+			t.Parallel()
+			rtManyKeys(t, g, admins[i], rule, keys)
+		})
 	}
 }
 
@@ -140,13 +143,15 @@ func TestRealtimeScaleOut(t *testing.T) {
 	rtSkipShort(t)
 	t.Parallel()
 	srv := redistest.Start(t)
-	// Started first: their lease passes while the per-second case runs.
+	// Started first: their lease passes while the per-second case starts.
 	long := rtGroupStart(t, srv.Addr, "realtime-scale-long", 2)
 	t.Run("per second", func(t *testing.T) {
+		t.Parallel()
 		g := rtGroupStart(t, redistest.Start(t).Addr, "realtime-scale-second", 2)
 		rtScaleOut(t, g, rtPerSecond(50), 2500*time.Millisecond, 7*time.Second, 8)
 	})
 	t.Run(fmt.Sprint("per ", rtPeriod), func(t *testing.T) {
+		t.Parallel()
 		rtScaleOut(t, long, rtPer(100, rtPeriod), time.Second, rtPeriod/2, 4)
 	})
 }

@@ -19,6 +19,7 @@ import (
 // back once its lease (5 s) runs out.
 func TestRealtimeConcurrencyCap(t *testing.T) {
 	rtSkipShort(t)
+	t.Parallel()
 	rd := redistest.Start(t)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()

@@ -361,6 +361,7 @@ func rtErrors(t *testing.T, calls []rtCall) {
 // redis-server: 4 replicas, 16 callers, 5× a limit of 50 per second.
 func TestRealtimeLimitHolds(t *testing.T) {
 	rtSkipShort(t)
+	t.Parallel()
 	srv := redistest.Start(t)
 	rule := rtRule()
 	f := rtStart(t, rtReplicas, "realtime-limit", func(int) redis.UniversalClient { return rtClient(t, srv.Addr) })
@@ -532,6 +533,7 @@ func TestRealtimeSlowRedis(t *testing.T) {
 // its replica holds back, which the replica's reservation covers.
 func TestRealtimeSlowRedisLimit(t *testing.T) {
 	rtSkipShort(t)
+	t.Parallel()
 	const seconds = 5
 	calls, from := rtSlowRun(t, seconds)
 	if excess, where := rtOverLimit(calls, 0, rtLimit, from, from+seconds); excess > 0 {
@@ -806,6 +808,7 @@ func rtRelative(m map[int64]uint64, from int64) string {
 // master, each offered 5× its limit by one caller on every replica.
 func TestRealtimeCluster(t *testing.T) {
 	rtSkipShort(t)
+	t.Parallel()
 	cl := redistest.StartCluster(t)
 	rule := rtRule()
 	f := rtStart(t, rtReplicas, "realtime-cluster", func(int) redis.UniversalClient { return cl.Client(t) })

@@ -90,6 +90,7 @@ func TestKeyLayout(t *testing.T) {
 // that a key's state stays in the slot of its hash tag, while keys spread
 // over the masters.
 func TestCluster(t *testing.T) {
+	t.Parallel()
 	cluster := redistest.StartCluster(t)
 	client := cluster.Client(t)
 	ctx := context.Background()
