@@ -21,7 +21,9 @@ import (
 // uniformly or from a Zipf law and to the replicas in turn; it records
 // every answer by key and window. Replicas can be started, crashed (their
 // store calls fail and they get no more requests) and stopped while it
-// runs.
+// runs. Each run has its own bubble, store and replicas, so the long
+// simulations run in parallel (t.Parallel) and keep both cores busy
+// while the real-time tests of other packages wait on the wall clock.
 type keySim struct {
 	rule     *limiter.Rule
 	replicas int
@@ -275,8 +277,10 @@ func perMinute(limit uint64) *limiter.Rule {
 // decision waits for the store and no key syncs: the share hits ride
 // along at shutdown.
 func TestSimManyKeysFarBelowLimit(t *testing.T) {
+	t.Parallel()
 	for _, n := range []int{1, 2, 4} {
 		t.Run(fmt.Sprint(n, " replicas"), func(t *testing.T) {
+			t.Parallel()
 			var rounds uint64
 			r := keySim{rule: perMinute(100), replicas: n, keys: 5000, rate: 750,
 				duration: warmUp + 66*time.Second, measureFrom: warmUp,
@@ -315,6 +319,7 @@ func TestSimManyKeysFarBelowLimit(t *testing.T) {
 // other replicas held across a boundary is admitted in the next window,
 // and that window's tenth request finds it full.
 func TestSimSkewedManyKeys(t *testing.T) {
+	t.Parallel()
 	r := keySim{rule: perSecond(10), replicas: 4, keys: 1000, zipf: 1.1, rate: 3000,
 		duration: 20 * time.Second, measureFrom: 5 * time.Second}.run(t)
 	over, under := r.check(t, false)
@@ -347,11 +352,13 @@ func TestSimSkewedManyKeys(t *testing.T) {
 // go over, and no decision waits longer than StoreTimeout +
 // contentionWait.
 func TestSimSkewedRoundsNearTimeout(t *testing.T) {
+	t.Parallel()
 	for _, c := range []struct {
 		delay time.Duration
 		bound int
 	}{{8 * time.Millisecond, 25}, {12 * time.Millisecond, 25}} {
 		t.Run(c.delay.String(), func(t *testing.T) {
+			t.Parallel()
 			r := keySim{rule: perSecond(10), replicas: 4, keys: 1000, zipf: 1.1, rate: 3000,
 				duration: 20 * time.Second, measureFrom: 5 * time.Second,
 				during: func(r *keyRun) { r.faulty.SetDelay(c.delay) }}.run(t)
@@ -373,6 +380,7 @@ func TestSimSkewedRoundsNearTimeout(t *testing.T) {
 // that overlap (a request's round goes at once, not after the one in
 // flight) left 25–38 (runRounds says why they are not used).
 func TestSimSkewedRoundsLongTail(t *testing.T) {
+	t.Parallel()
 	var mu sync.Mutex
 	rng := rand.New(rand.NewPCG(3, 4))
 	draw := func() time.Duration {
@@ -465,6 +473,7 @@ func TestSimRestart(t *testing.T) {
 // the few keys denied under their limit (logged) are near it, where
 // units are held by other replicas that a slow store cannot move in time.
 func TestSimSlowStore(t *testing.T) {
+	t.Parallel()
 	r := keySim{rule: perMinute(100), replicas: 4, keys: 5000, rate: 500, zipf: 1.1,
 		duration: warmUp + 70*time.Second, measureFrom: warmUp,
 		during: func(r *keyRun) { r.faulty.SetDelay(50 * time.Millisecond) }}.run(t)

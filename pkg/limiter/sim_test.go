@@ -678,6 +678,7 @@ func TestSimRefundStaysBacked(t *testing.T) {
 // table in BENCHMARKS.md, "Jittered load"): a change that makes jittered
 // traffic wait, deny or sync more fails here.
 func TestSimJitteredLoad(t *testing.T) {
+	t.Parallel()
 	const secs, seeds = 30, 3
 	type bound struct{ waited, denied, rounds float64 } // %, %, per second
 	bounds := map[limiter.Algorithm][2]bound{           // 1 replica, 4 replicas
