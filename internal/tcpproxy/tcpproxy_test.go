@@ -52,18 +52,26 @@ func roundTrip(t *testing.T, c net.Conn, r *bufio.Reader, line string) time.Dura
 	return time.Since(start)
 }
 
-func TestDelaysEachDirection(t *testing.T) {
-	const delay = 30 * time.Millisecond
+// dialProxy starts a proxy with the given delay in front of an echo
+// server and dials it; both are closed when the test ends.
+func dialProxy(t *testing.T, delay time.Duration) (*tcpproxy.Proxy, net.Conn) {
+	t.Helper()
 	p, err := tcpproxy.Start(echoServer(t), delay)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer p.Close()
+	t.Cleanup(func() { p.Close() })
 	c, err := net.Dial("tcp", p.Addr())
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer c.Close()
+	t.Cleanup(func() { c.Close() })
+	return p, c
+}
+
+func TestDelaysEachDirection(t *testing.T) {
+	const delay = 30 * time.Millisecond
+	p, c := dialProxy(t, delay)
 	r := bufio.NewReader(c)
 	for i := range 3 {
 		if rtt := roundTrip(t, c, r, "ping"); rtt < 2*delay {
@@ -80,16 +88,7 @@ func TestDelaysEachDirection(t *testing.T) {
 // come back after about one round trip, not ten.
 func TestPipelinedChunksOverlap(t *testing.T) {
 	const delay = 40 * time.Millisecond
-	p, err := tcpproxy.Start(echoServer(t), delay)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer p.Close()
-	c, err := net.Dial("tcp", p.Addr())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
+	_, c := dialProxy(t, delay)
 	r := bufio.NewReader(c)
 	start := time.Now()
 	for range 10 {
@@ -109,16 +108,7 @@ func TestPipelinedChunksOverlap(t *testing.T) {
 }
 
 func TestLargeTransferKeepsOrder(t *testing.T) {
-	p, err := tcpproxy.Start(echoServer(t), 5*time.Millisecond)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer p.Close()
-	c, err := net.Dial("tcp", p.Addr())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
+	_, c := dialProxy(t, 5*time.Millisecond)
 	want := make([]byte, 1<<20)
 	for i := range want {
 		want[i] = byte(i * 7)
