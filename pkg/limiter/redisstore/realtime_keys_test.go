@@ -143,7 +143,8 @@ func TestRealtimeScaleOut(t *testing.T) {
 	rtSkipShort(t)
 	t.Parallel()
 	srv := redistest.Start(t)
-	// Started first: their lease passes while the per-second case starts.
+	// Started before the subtests: its lease is under way while the
+	// per-second case starts its own group.
 	long := rtGroupStart(t, srv.Addr, "realtime-scale-long", 2)
 	t.Run("per second", func(t *testing.T) {
 		t.Parallel()
