@@ -21,7 +21,9 @@ import (
 // Membership. A replica holds no share of an epoch that began less than
 // a lease after it joined the registry: by then every other replica has
 // counted it. A replica that left or died stays counted for the epochs
-// it was alive in, so shares never grow within an epoch.
+// it was alive in, so shares never grow within an epoch; so does one
+// whose lease ended in an outage and that joined again (the registry
+// keeps its earlier incarnation), and it keeps its share of those epochs.
 //
 // Contention. When requests on one replica wait for budget that other
 // replicas hold, as shares or as credit, the store publishes the key
@@ -88,13 +90,17 @@ func (e *engine) sharerCount(start int64) int {
 }
 
 // sharers is n for an epoch that began at start if this replica holds a
-// share of it, else 0. It holds none while its copy of the registry is
-// too old for every replica to count the same n.
+// share of it, else 0: the registry counts one of its incarnations among
+// the epoch's sharers (a replica back after its lease ended still holds
+// its shares of the epochs its earlier incarnation was counted in). It
+// holds none while its copy of the registry is too old for every replica
+// to count the same n.
 func (e *engine) sharers(start, now int64) int {
-	if j := e.joined.Load(); j == 0 || j+int64(lease/time.Microsecond) > start {
+	mv := e.members.Load()
+	if mv == nil || now-mv.at > int64(lease-heartbeatEvery) {
 		return 0
 	}
-	if mv := e.members.Load(); mv == nil || now-mv.at > int64(lease-heartbeatEvery) {
+	if j := e.joined.Load(); j == 0 || j+int64(lease/time.Microsecond) > start && !mv.m.holds(start, lease) {
 		return 0
 	}
 	return e.sharerCount(start)

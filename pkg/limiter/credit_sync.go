@@ -299,9 +299,10 @@ func (cs *creditState) halfUsed(snow int64, reserved bool) bool {
 // hold are denied at once; the window is full but for reservations. If
 // not even one unit fits so and no credit is left, the key denies
 // locally until it would (for at most deniedFor). The rest ask for
-// another round: at once, unless the reply's credit had lapsed or the
-// shares they need are held, when they wait for the next tick, and for
-// the release (releasing) past their StoreTimeout. cs.mu must be held.
+// another round: at once, unless the reply's credit had lapsed, the
+// shares they need are held or the round asked for them all and got
+// nothing, when they wait for the next tick, and for the release
+// (releasing) past their StoreTimeout. cs.mu must be held.
 func (cs *creditState) settleWaiters(e *engine, now int64, contended, usable bool) {
 	snow := e.storeNow(now)
 	kept := cs.waiters[:0]
@@ -329,7 +330,11 @@ func (cs *creditState) settleWaiters(e *engine, now int64, contended, usable boo
 		// replicas give up what they hold: they wait for that.
 		cs.releasing.Store(max(cs.releasing.Load(), now+int64(contentionWait)))
 	}
-	if usable && !contended && !held {
+	// At once only when this round could not have served them: it granted
+	// units, or more are waiting than it asked for. A round that asked
+	// for them all and got nothing would get nothing again: the next
+	// tick's round asks, rather than a loop of rounds with no pause.
+	if usable && !contended && !held && (cs.grant.Load() > 0 || cs.waiting > cs.asked) {
 		e.kick()
 	}
 }

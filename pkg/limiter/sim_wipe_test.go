@@ -279,3 +279,30 @@ func TestSimOutageAfterShareSync(t *testing.T) {
 		}
 	})
 }
+
+// TestSimRejoinKeepsShares: an outage longer than the lease in the middle
+// of a minute, at 90 % of a 100/minute key's limit over 2 replicas. Each
+// replica's lease ends while the store is away, so its first heartbeat
+// after joins it again; the registry keeps the earlier incarnation, so
+// the minute under way keeps counting it, and the replica keeps its
+// share of that minute. When the registry forgot the earlier incarnation,
+// the store went on counting each replica's share as held by it while the
+// replica, joined anew, held none: nothing was granted for the rest of
+// the minute, and a key under its limit was denied (in the simulation,
+// the waiters' rounds ran in a loop that never let time pass).
+func TestSimRejoinKeepsShares(t *testing.T) {
+	rule := perMinute(100)
+	r := keySim{rule: rule, replicas: 2, keys: 1, rate: 1.5, duration: warmUp + 130*time.Second, measureFrom: warmUp,
+		during: func(r *keyRun) {
+			time.Sleep(warmUp + 20*time.Second)
+			r.faulty.SetDown(true)
+			time.Sleep(10 * time.Second)
+			r.faulty.SetDown(false)
+		}}.run(t)
+	if over, under := r.check(t, true); over > 0 || under > 0 {
+		t.Logf("%d key windows over the limit, %d denied under it", over, under)
+	}
+	for w, how := range r.deniedHow {
+		t.Errorf("window %d: denied %v", w[1], how)
+	}
+}

@@ -3,6 +3,8 @@ package limiter
 import (
 	"context"
 	"errors"
+	"strconv"
+	"strings"
 	"time"
 )
 
@@ -57,9 +59,44 @@ type Membership struct {
 }
 
 // Member is one replica in the registry: when it first joined and when
-// its lease ends (store clock, Unix µs).
+// its lease ends (store clock, Unix µs). A replica back after its lease
+// ended is a new member; its earlier incarnation stays listed, so a
+// window that began while it was a member keeps counting it.
 type Member struct {
 	Joined, Expires int64
+	// Caller marks the calling replica's own entries, the live one and
+	// its earlier incarnations.
+	Caller bool
+}
+
+// PastIncarnation is the registry id under which a store keeps the
+// earlier incarnation of replica that joined at joined (store µs), once
+// replica joins again.
+func PastIncarnation(replica string, joined int64) string {
+	return replica + "\x00" + strconv.FormatInt(joined, 10)
+}
+
+// IncarnationOf reports whether registry id is replica or one of its
+// earlier incarnations (PastIncarnation).
+func IncarnationOf(id, replica string) bool {
+	rest, ok := strings.CutPrefix(id, replica)
+	return ok && (rest == "" || rest[0] == 0)
+}
+
+// holds reports whether the caller may hold a static share of a window
+// that began at start: one of its own incarnations is counted among the
+// window's sharers (Sharers).
+func (m Membership) holds(start int64, lease time.Duration) bool {
+	if start <= m.Since {
+		return false
+	}
+	lu := int64(lease / time.Microsecond)
+	for _, x := range m.Members {
+		if x.Caller && x.Joined <= start-lu && (x.Expires > start || x.Joined == m.Joined) {
+			return true
+		}
+	}
+	return false
 }
 
 // Sharers counts the replicas that may hold a static share of a window

@@ -148,7 +148,7 @@ func (e *engine) heartbeat(ctx context.Context) {
 		m.Joined = m.Now // a store that does not say
 	}
 	if e.joined.Swap(m.Joined) != m.Joined {
-		e.dropShares() // joined again: the others no longer count this replica's shares
+		e.dropShares() // joined again: its shares are reckoned again, from the incarnations the registry counts
 	}
 }
 

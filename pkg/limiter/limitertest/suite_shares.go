@@ -212,8 +212,10 @@ func testShareEpochs(t *testing.T, st limiter.Store) {
 }
 
 // testMembers: the registry lists every member with when it joined and
-// when its lease ends. A renewal keeps the joined instant; a replica that
-// leaves stays listed with its lease ended.
+// when its lease ends, marking the caller's own. A renewal keeps the
+// joined instant; a replica that leaves stays listed with its lease
+// ended; one back after its lease ended is listed twice, its earlier
+// incarnation as it ended.
 func testMembers(t *testing.T, st limiter.Store) {
 	sorted := func(ms []limiter.Member) []limiter.Member {
 		return slices.SortedFunc(slices.Values(ms), func(x, y limiter.Member) int {
@@ -228,10 +230,10 @@ func testMembers(t *testing.T, st limiter.Store) {
 		expect(t, what+": since", m.Since, 0)
 	}
 	a1 := heartbeat(t, st, "a", time.Minute)
-	members("a joined", a1, limiter.Member{Joined: a1.Now, Expires: a1.Now + minute})
+	members("a joined", a1, limiter.Member{Joined: a1.Now, Expires: a1.Now + minute, Caller: true})
 	b1 := heartbeat(t, st, "b", 2*time.Minute)
 	a2 := heartbeat(t, st, "a", time.Minute)
-	members("a renewed", a2, limiter.Member{Joined: a1.Now, Expires: a2.Now + minute},
+	members("a renewed", a2, limiter.Member{Joined: a1.Now, Expires: a2.Now + minute, Caller: true},
 		limiter.Member{Joined: b1.Now, Expires: b1.Now + 2*minute})
 
 	ctx := context.Background()
@@ -261,6 +263,11 @@ func testMembers(t *testing.T, st limiter.Store) {
 	expect(t, "b's own joined instant after it returned", b2.Joined, b2.Now)
 	expect(t, "a's own joined instant", a3.Joined, a1.Now)
 	members("b returned", b2, limiter.Member{Joined: a1.Now, Expires: a3.Now + minute},
+		limiter.Member{Joined: b1.Now, Expires: left.Expires, Caller: true},
+		limiter.Member{Joined: b2.Now, Expires: b2.Now + minute, Caller: true})
+	a4 := heartbeat(t, st, "a", time.Minute)
+	members("a after b returned", a4, limiter.Member{Joined: a1.Now, Expires: a4.Now + minute, Caller: true},
+		limiter.Member{Joined: b1.Now, Expires: left.Expires},
 		limiter.Member{Joined: b2.Now, Expires: b2.Now + minute})
 }
 

@@ -196,16 +196,22 @@ func (s *Store) Heartbeat(ctx context.Context, replica string, lease time.Durati
 	now := s.now()
 	m, ok := s.replicas[replica]
 	if !ok || m.Expires <= now {
+		if ok {
+			// Back after its lease ended: the earlier incarnation stays
+			// listed, so the epochs it held shares of keep their count.
+			s.replicas[limiter.PastIncarnation(replica, m.Joined)] = m
+		}
 		m.Joined = now // new, or back after its lease ended
 	}
 	m.Expires = now + int64(lease/time.Microsecond)
 	s.replicas[replica] = m
 	s.forget(now)
 	out := limiter.Membership{Now: now, Since: s.since, Joined: m.Joined, Members: make([]limiter.Member, 0, len(s.replicas))}
-	for _, m := range s.replicas {
+	for id, m := range s.replicas {
 		if m.Expires > now {
 			out.Replicas++
 		}
+		m.Caller = limiter.IncarnationOf(id, replica)
 		out.Members = append(out.Members, m)
 	}
 	out.Replicas = max(out.Replicas, 1)

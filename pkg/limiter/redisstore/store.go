@@ -307,15 +307,15 @@ func (s *Store) Heartbeat(ctx context.Context, replica string, lease time.Durati
 		return limiter.Membership{}, wrap("heartbeat", err)
 	}
 	v, err := cmds[0].Int64Slice()
-	if err == nil && (len(v) < 4 || len(v)%2 != 0) {
+	if err == nil && (len(v) < 4 || (len(v)-4)%3 != 0) {
 		err = fmt.Errorf("%d values", len(v))
 	}
 	if err != nil {
 		return limiter.Membership{}, fmt.Errorf("redisstore: heartbeat: reply: %w", err)
 	}
-	m := limiter.Membership{Replicas: int(max(v[1], 1)), Now: v[0], Since: v[2], Joined: v[3], Members: make([]limiter.Member, 0, (len(v)-4)/2)}
-	for i := 4; i < len(v); i += 2 {
-		m.Members = append(m.Members, limiter.Member{Joined: v[i], Expires: v[i+1]})
+	m := limiter.Membership{Replicas: int(max(v[1], 1)), Now: v[0], Since: v[2], Joined: v[3], Members: make([]limiter.Member, 0, (len(v)-4)/3)}
+	for i := 4; i < len(v); i += 3 {
+		m.Members = append(m.Members, limiter.Member{Joined: v[i], Expires: v[i+1], Caller: v[i+2] == 1})
 	}
 	return m, nil
 }

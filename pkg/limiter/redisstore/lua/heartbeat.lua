@@ -5,11 +5,15 @@
 --          lease expiry (µs)
 -- KEYS[2]  the registry's other half, a hash (same hash tag):
 --            j:<id>  when replica id first joined, µs
+--            (a replica back after its lease ended joins again; its
+--            earlier incarnation stays a member, id <id>\0<joined>, so
+--            a window that began while it was live keeps counting it)
 --            since   the latest lease end the registry forgot, µs
 --                    (absent: 0)
 -- ARGV     replica, lease(µs)
 -- Reply    now, live replicas (at least 1), since, when replica joined,
---          then per member: joined, expires
+--          then per member: joined, expires, 1 for replica's own
+--          incarnations (else 0)
 --
 -- The registry remembers a replica RETAIN after its lease ends, at most
 -- MAXMEMBERS of them: it lists every replica whose lease ended after
@@ -31,6 +35,12 @@ local score = redis.call('ZSCORE', reg, replica)
 if score and tonumber(score) > now then
   redis.call('HSETNX', meta, joined, fmt(now))
 else
+  local was = score and redis.call('HGET', meta, joined)
+  if was then
+    local past = replica .. '\0' .. was
+    redis.call('ZADD', reg, score, past)
+    redis.call('HSET', meta, 'j:' .. past, was)
+  end
   redis.call('HSET', meta, joined, fmt(now))
 end
 local mine = tonumber(redis.call('HGET', meta, joined))
@@ -64,9 +74,12 @@ if #members > 0 then
     fields[#fields + 1] = 'j:' .. members[i]
   end
   local joins = redis.call('HMGET', meta, unpack(fields))
+  local own = replica .. '\0'
   for i = 1, #fields do
+    local id = members[2 * i - 1]
     out[#out + 1] = (joins[i] and tonumber(joins[i])) or 0
     out[#out + 1] = tonumber(members[2 * i])
+    out[#out + 1] = (id == replica or string.sub(id, 1, #own) == own) and 1 or 0
   end
 end
 return out
