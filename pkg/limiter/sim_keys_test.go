@@ -216,7 +216,7 @@ func (r *keyRun) decide(l *limiter.Limiter, li int, k uint64, measuring bool) {
 		if r.deniedHow[w] == nil {
 			r.deniedHow[w] = map[string]uint64{}
 		}
-		r.deniedHow[w][fmt.Sprintf("r%d/%v", li, out[0].Mode)]++
+		r.deniedHow[w][fmt.Sprintf("r%d/%v@%ds", li, out[0].Mode, sent.Sub(r.start).Milliseconds()/1000)]++
 	}
 	if m := out[0].Mode; measuring && m != limiter.ModeLocal {
 		r.waited++
