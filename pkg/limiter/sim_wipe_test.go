@@ -402,3 +402,25 @@ func TestSimPauseManyKeys(t *testing.T) {
 		})
 	}
 }
+
+// TestSimOutageAcrossMinute: a 100/minute key sent 90 a minute over 2
+// replicas, the store down from 10 s before a minute's end to 10 s after.
+// The admits of the outage are pushed on recovery, each charged to the
+// minute it was admitted in: the minute after is not charged for the one
+// before and denies nothing. When a failed round put its hits back to be
+// stamped again at the next, the 15 admitted in the first minute's last
+// 10 s were charged to the second, which then denied a key under its
+// limit.
+func TestSimOutageAcrossMinute(t *testing.T) {
+	rule := perMinute(100)
+	r := keySim{rule: rule, replicas: 2, keys: 1, rate: 1.5, duration: warmUp + 120*time.Second, measureFrom: warmUp,
+		during: func(r *keyRun) {
+			time.Sleep(warmUp + 50*time.Second)
+			r.faulty.SetDown(true)
+			time.Sleep(20 * time.Second)
+			r.faulty.SetDown(false)
+		}}.run(t)
+	if over, under := r.check(t, true); over > 0 || under > 0 {
+		t.Logf("%d key windows over the limit, %d denied under it", over, under)
+	}
+}
