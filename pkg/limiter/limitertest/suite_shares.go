@@ -218,14 +218,8 @@ func testShareEpochs(t *testing.T, st limiter.Store) {
 // incarnation as it ended.
 func testMembers(t *testing.T, st limiter.Store) {
 	sorted := func(ms []limiter.Member) []limiter.Member {
-		caller := func(m limiter.Member) int {
-			if m.Caller {
-				return 1
-			}
-			return 0
-		}
 		return slices.SortedFunc(slices.Values(ms), func(x, y limiter.Member) int {
-			return cmp.Or(cmp.Compare(x.Joined, y.Joined), cmp.Compare(x.Expires, y.Expires), cmp.Compare(caller(x), caller(y)))
+			return cmp.Or(cmp.Compare(x.Joined, y.Joined), cmp.Compare(x.Expires, y.Expires))
 		})
 	}
 	members := func(what string, m limiter.Membership, want ...limiter.Member) {
