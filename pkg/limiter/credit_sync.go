@@ -81,7 +81,7 @@ func (e *engine) prepare(cs *creditState, now int64) SyncItem {
 	}
 	it.Hits = cs.pushHits(h, snow)
 	if v := cs.view.Load(); v != nil {
-		it.Floor = v.windows
+		it.Floor, it.FloorGen = v.windows, v.gen
 	}
 	if cs.share != nil {
 		p := int64(cs.ws[0].Period)
@@ -235,7 +235,7 @@ func (e *engine) apply(cs *creditState, r *SyncResult) {
 		backed = min(backed, e.localOf(r.Expires)-max(int64(boundaryLead), 2*e.clockErr.Load()))
 	}
 	cs.backedTo.Store(backed)
-	cs.view.Store(newView(r.Windows, r.Others, r.Held))
+	cs.view.Store(newView(r))
 	cs.inflight, cs.flying, cs.lastSync = false, 0, now
 	if now < backed {
 		// A reply that arrives after its reservation lapsed (an epoch's

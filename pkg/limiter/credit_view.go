@@ -11,11 +11,12 @@ type storeView struct {
 	windows []WindowState // time in µs
 	others  uint64        // other replicas' reservations and static shares held
 	held    uint64        // of others, the static shares a release may free
+	gen     int64         // the generation of the record (SyncResult.Gen)
 }
 
 // newView publishes a store reply.
-func newView(windows []WindowState, others, held uint64) *storeView {
-	return &storeView{windows: windows, others: others, held: min(held, others)}
+func newView(r *SyncResult) *storeView {
+	return &storeView{windows: r.Windows, others: r.Others, held: min(r.Held, r.Others), gen: r.Gen}
 }
 
 // viewSummary sums up a fixed-window key's view over a stretch of store

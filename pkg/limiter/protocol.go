@@ -40,6 +40,12 @@ type KeyRecord struct {
 	// (store clock, Unix µs): one period of its shortest window after a
 	// replica last reported requests waiting or denied.
 	Pressed int64
+	// Gen is when the record began (store clock, Unix µs): at its first
+	// sync, or the first after the store lost it (lost). Base is, per
+	// window, the highest floor of an earlier generation applied since
+	// (SyncItem.Floor); nil: zero states.
+	Gen  int64
+	Base []WindowState
 }
 
 // Reservation is one replica's claim on a key's budget.
@@ -85,9 +91,7 @@ func (r *KeyRecord) Sync(replica string, it *SyncItem, now int64) SyncResult {
 			others = satAdd(others, res.Units)
 		}
 	}
-	if r.lost() {
-		r.raise(it.Floor)
-	}
+	r.lift(it, ws, now)
 	r.charge(it, ws, now)
 	held := r.chargeShares(replica, it, ws, now)
 	if it.Algorithm == SlidingWindow && (it.Denied > 0 || it.Waiting > 0) {
@@ -118,7 +122,7 @@ func (r *KeyRecord) Sync(replica string, it *SyncItem, now int64) SyncResult {
 	copy(out, r.Windows)
 	othersHeld := held.all - held.own
 	return SyncResult{Credit: mine, Others: satAdd(others, othersHeld), Held: othersHeld, Windows: out, Now: now, Pressed: r.Pressed > now,
-		Expires: expires, Contended: contended(it, ws, grant, others, othersHeld, now)}
+		Expires: expires, Contended: contended(it, ws, grant, others, othersHeld, now), Gen: r.Gen}
 }
 
 // contended reports whether the caller's waiters need units other
@@ -190,6 +194,39 @@ func (r *KeyRecord) lost() bool {
 		}
 	}
 	return true
+}
+
+// lift raises the windows to the replica's floor (step 2). A record that
+// lost its windows begins a new generation, raised to the floor. A floor
+// of an earlier generation adds to the windows what it holds beyond the
+// floors of that generation applied so far, kept in Base: the counts of
+// the lost record a later view saw and an earlier one did not, which the
+// windows count nowhere else. A floor of this generation is left alone:
+// the record holds all it holds.
+func (r *KeyRecord) lift(it *SyncItem, ws []Window, now int64) {
+	if r.lost() {
+		r.Gen, r.Base = now, nil
+		if len(it.Floor) == len(r.Windows) {
+			r.raise(it.Floor)
+			r.Base = make([]WindowState, len(r.Windows))
+			for i, f := range it.Floor {
+				r.Base[i] = exact(f)
+			}
+		}
+		return
+	}
+	if r.Gen == 0 {
+		r.Gen = now // a record older than generations
+	}
+	if it.FloorGen == 0 || it.FloorGen >= r.Gen || len(it.Floor) != len(r.Windows) {
+		return
+	}
+	if r.Base == nil {
+		r.Base = make([]WindowState, len(r.Windows)) // none applied: zero
+	}
+	for i, f := range it.Floor {
+		r.Windows[i].Lift(ws[i], it.Algorithm, &r.Base[i], exact(f), now)
+	}
 }
 
 // raise lifts the windows to a replica's floor (step 2), as the store's

@@ -169,8 +169,15 @@ type SyncItem struct {
 	// it charges the hits (WindowState.Raise): a store that lost the key,
 	// restarted empty or failed over to a copy that missed writes, gets
 	// back the counts the replica saw. A record that holds counts is left
-	// as it is, so a floor that predates a refund does not undo it.
+	// as it is, so a floor that predates a refund does not undo it; but a
+	// floor read from an earlier generation of the record (FloorGen) adds
+	// what it holds beyond every such floor before it (KeyRecord.Base):
+	// the replica that synced last before the loss saw the most, and the
+	// first to sync after it need not be that one.
 	Floor []WindowState
+	// FloorGen is the generation of the record Floor was read from
+	// (SyncResult.Gen; 0: not known).
+	FloorGen int64
 	// ShareFloor is, for a rule with static shares, the replica's share
 	// hits the store was told of before this item, as a state of the
 	// share's window; the store raises the replica's share record to it,
@@ -214,6 +221,9 @@ type SyncResult struct {
 	// every replica (Contention), so they release their shares and hand
 	// back their unused credit.
 	Contended bool
+	// Gen is the generation of the key's record: the store instant (µs)
+	// it began at, anew after the store lost it.
+	Gen int64
 }
 
 // FeedWaiter is a Store that can wait for the contention feed: it

@@ -62,6 +62,35 @@ func (c *WindowState) Raise(f WindowState) {
 	c.TAT = max(c.TAT, f.TAT)
 }
 
+// Lift adds to c what f, a floor read from an earlier generation of the
+// record c belongs to, counts beyond base, the highest such floor applied
+// so far, and raises base to f (KeyRecord.lift): for the current epoch
+// and the one before it. A token bucket takes the later TAT, as Raise.
+func (c *WindowState) Lift(w Window, a Algorithm, base *WindowState, f WindowState, now int64) {
+	if a == TokenBucket {
+		c.TAT = max(c.TAT, f.TAT)
+		base.Raise(f)
+		return
+	}
+	c.Roll(w, now)
+	nb := *base
+	nb.Raise(f)
+	c.Cur = satAdd(c.Cur, satSub(nb.countIn(c.Epoch), base.countIn(c.Epoch)))
+	c.Prev = satAdd(c.Prev, satSub(nb.countIn(c.Epoch-1), base.countIn(c.Epoch-1)))
+	*base = nb
+}
+
+// countIn is what c counts in epoch e.
+func (c WindowState) countIn(e int64) uint64 {
+	switch e {
+	case c.Epoch:
+		return c.Cur
+	case c.Epoch - 1:
+		return c.Prev
+	}
+	return 0
+}
+
 // interval is the token bucket's emission interval, rounded up so the
 // bucket never refills faster than Limit per Period.
 func interval(w Window) int64 {

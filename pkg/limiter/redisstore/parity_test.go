@@ -85,6 +85,7 @@ func TestParity(t *testing.T) {
 	wg.Wait()
 	t.Logf("%d sequences, %d operations, %d script loads; replies: %d window rolls, %d weighted sliding windows, %d with credit, %d with others' reservations, %d pressed",
 		n, ops.Load(), loads.n.Load(), sum.rolls, sum.weighted, sum.granted, sum.others, sum.pressed)
+	t.Logf("floors of an earlier generation: %d items", sum.lifted)
 	t.Logf("static shares: %d items with shares, %d with share hits, %d releasing; replies: %d with others' shares held, %d contended, %d lapsing at the epoch's end; %d contentions read, %d registry members listed",
 		sum.shared, sum.shareHits, sum.releases, sum.held, sum.contended, sum.epochEnd, sum.feed, sum.members)
 	if loads.n.Load() == 0 && !failed.Load() {
@@ -120,6 +121,7 @@ type parity struct {
 	keys    []string
 	rules   map[string]limiter.Rule
 	states  map[string][]limiter.WindowState
+	gens    map[string]int64 // the key's record generation, from its last reply
 	slots   []string
 	ids     []string
 	cursors map[string][2]string // replica → its contention cursors: redis, reference
@@ -138,6 +140,7 @@ func newParity(t *testing.T, client *redis.Client, seed uint64, seq int) *parity
 		clock:   limitertest.NewClock(time.Now()),
 		rules:   make(map[string]limiter.Rule),
 		states:  make(map[string][]limiter.WindowState),
+		gens:    make(map[string]int64),
 		cursors: make(map[string][2]string),
 	}
 	p.ref = memstore.New(p.clock)
@@ -312,6 +315,7 @@ func (p *parity) sync() bool {
 		p.count(&items[i], got[i])
 		p.lastNow = got[i].Now
 		p.states[items[i].Key] = got[i].Windows
+		p.gens[items[i].Key] = got[i].Gen
 	}
 	return true
 }
@@ -335,6 +339,9 @@ func (p *parity) count(it *limiter.SyncItem, r limiter.SyncResult) {
 	}
 	if r.Pressed {
 		p.tally.pressed++
+	}
+	if len(it.Floor) > 0 && it.FloorGen != 0 && it.FloorGen < r.Gen {
+		p.tally.lifted++
 	}
 	if it.ShareEpoch > 0 {
 		p.tally.shared++
@@ -360,6 +367,7 @@ func (p *parity) count(it *limiter.SyncItem, r limiter.SyncResult) {
 type tally struct {
 	rolls, weighted, granted, others, pressed                             int64
 	shared, shareHits, releases, held, contended, epochEnd, feed, members int64
+	lifted                                                                int64 // items with a floor of an earlier generation
 }
 
 func (t *tally) add(o tally) {
@@ -368,6 +376,7 @@ func (t *tally) add(o tally) {
 	t.granted += o.granted
 	t.others += o.others
 	t.pressed += o.pressed
+	t.lifted += o.lifted
 	t.shared += o.shared
 	t.shareHits += o.shareHits
 	t.releases += o.releases
@@ -423,6 +432,11 @@ func (p *parity) floors(it *limiter.SyncItem, r limiter.Rule, key string) {
 		for i, w := range r.Windows {
 			it.Floor[i] = p.floorState(w, r.Algorithm)
 		}
+	}
+	if g := p.gens[key]; g != 0 {
+		// Of the record's generation, an earlier one (added beyond the
+		// floors of it before), or a later one.
+		it.FloorGen = []int64{0, g, g - 1, g - 1, g + 1}[p.rng.IntN(5)]
 	}
 	if it.ShareEpoch != 0 || len(it.ShareHits) > 0 {
 		it.ShareFloor = p.floorState(r.Windows[0], r.Algorithm)

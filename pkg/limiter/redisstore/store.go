@@ -185,12 +185,12 @@ func appendRateArgs(args []any, it *limiter.SyncItem) []any {
 		args = append(args, clampI(h.At), clampI(h.N))
 	}
 	if len(it.Floor) == len(it.Windows) {
-		args = append(args, len(it.Floor))
+		args = append(args, len(it.Floor), clampI(it.FloorGen))
 		for _, f := range it.Floor {
 			args = append(args, stateArg(f))
 		}
 	} else {
-		args = append(args, 0)
+		args = append(args, 0, 0)
 	}
 	if it.ShareFloor == (limiter.WindowState{}) {
 		return append(args, "")
@@ -230,10 +230,10 @@ func decodeSyncs(c *redis.Cmd, items []limiter.SyncItem, out []limiter.SyncResul
 }
 
 // decodeSync reads one key's reply: now, credit, the others'
-// reservations and static shares held, pressed, expires, contended, then
-// epoch, cur, prev and TAT per window.
+// reservations and static shares held, pressed, expires, contended, the
+// record's generation, then epoch, cur, prev and TAT per window.
 func decodeSync(reply any, windows int, out *limiter.SyncResult) error {
-	const head = 7
+	const head = 8
 	r, ok := reply.([]any)
 	if !ok || len(r) != head+4*windows {
 		return fmt.Errorf("reply %v for %d windows", reply, windows)
@@ -250,7 +250,7 @@ func decodeSync(reply any, windows int, out *limiter.SyncResult) error {
 		ws[i] = limiter.WindowState{Epoch: w[0], Cur: uint64(w[1]), Prev: uint64(w[2]), TAT: w[3]}
 	}
 	*out = limiter.SyncResult{Credit: uint64(v[1]), Others: satAdd(uint64(v[2]), uint64(v[3])), Held: uint64(v[3]), Windows: ws, Now: v[0],
-		Pressed: v[4] == 1, Expires: v[5], Contended: v[6] == 1}
+		Pressed: v[4] == 1, Expires: v[5], Contended: v[6] == 1, Gen: v[7]}
 	return nil
 }
 

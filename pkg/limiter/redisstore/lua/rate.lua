@@ -7,6 +7,8 @@
 --            w      window states, "epoch cur prev tat" per window,
 --                   separated by ","
 --            p      a sliding window's KeyRecord.Pressed, µs
+--            g      the record's generation (KeyRecord.Gen), µs
+--            b      KeyRecord.Base, in the form of w (absent: zero)
 --            r:<id> replica id's reservation, "units expires(µs)"
 --            s:<id> replica id's static share record (ShareRecord),
 --                   "epoch cur prev tat released": the share hits it
@@ -19,13 +21,14 @@
 --          lease(µs), n hits, then per hit: at(µs) units (negative: a
 --          refund); share epoch (0: no shares), sharers, sharers of the
 --          next epoch, release(µs, 0: none), n share hits, then per share
---          hit: at(µs) units; n floors (0 or n windows), then per window
---          the replica's floor, "epoch cur prev tat"; the share floor in
---          the same form ("": none).
+--          hit: at(µs) units; n floors (0 or n windows), the floors'
+--          generation (µs, 0: not known), then per window the replica's
+--          floor, "epoch cur prev tat"; the share floor in the same form
+--          ("": none).
 -- Reply    per key: now, credit, others' reservations, others' shares
 --          held (Others is their sum, saturated in Go), pressed (1 or 0),
---          expires(µs), contended (1 or 0), then per window: epoch cur
---          prev tat.
+--          expires(µs), contended (1 or 0), the record's generation (µs),
+--          then per window: epoch cur prev tat.
 --
 -- record.lua, prepended, reads and writes the record; this part applies
 -- the protocol.
@@ -130,6 +133,46 @@ local function dry_gets_one(st, ws, share, nrep, pressed)
   return true
 end
 
+-- lift is KeyRecord.lift: a record that lost its windows begins a new
+-- generation, raised to the floors (nf of them at args[floors]), its base
+-- the floors; floors of an earlier generation (fgen) add what they hold
+-- beyond the base (WindowState.Lift) and raise it.
+local function lift(rec, ws, floors, nf, fgen)
+  local st, nw = rec.st, #ws
+  if lost(st) then
+    rec.gen, rec.base = now, false
+    if nf == nw then
+      local b = {}
+      for i = 1, nw do
+        local f = window_state(args[floors + i - 1]) or {epoch = 0, cur = 0, prev = 0, tat = 0}
+        raise(st[i], f)
+        b[i] = f
+      end
+      rec.base = b
+    end
+    rec.bdirty = true
+    return
+  end
+  if rec.gen == 0 then rec.gen = now end
+  if fgen == 0 or fgen >= rec.gen or nf ~= nw then return end
+  local b = rec.base or parse_states(rec.b, nw)
+  for i = 1, nw do
+    local s, w = st[i], ws[i]
+    local f = window_state(args[floors + i - 1]) or {epoch = 0, cur = 0, prev = 0, tat = 0}
+    local nb = {epoch = b[i].epoch, cur = b[i].cur, prev = b[i].prev, tat = b[i].tat}
+    raise(nb, f)
+    if alg == BUCKET then
+      s.tat = max(s.tat, f.tat)
+    else
+      roll(s, w)
+      s.cur = satadd(s.cur, satsub(count_in(nb, s.epoch), count_in(b[i], s.epoch)))
+      s.prev = satadd(s.prev, satsub(count_in(nb, s.epoch - 1), count_in(b[i], s.epoch - 1)))
+    end
+    b[i] = nb
+  end
+  rec.base, rec.bdirty = b, true
+end
+
 -- sync applies the item whose arguments start at args[a] to key and
 -- returns its reply and where the next item's arguments start.
 local function sync(key, a)
@@ -150,8 +193,8 @@ local function sync(key, a)
   local nsh = num(a + 4)
   local shits = a + 5
   a = shits + 2 * nsh
-  local nf = num(a)
-  local floors = a + 1
+  local nf, fgen = num(a), num(a + 1)
+  local floors = a + 2
   local sfloor = window_state(args[floors + nf])
   a = floors + nf + 1
   if share <= 0 or share > 1 then share = 1 end
@@ -160,16 +203,11 @@ local function sync(key, a)
   local rec = load(key, nw)
   local st = rec.st
 
-  -- 2. raise the windows, if the record lost them (all zero), to the
-  -- replica's floor, then charge the hits and the share hits, each to the
-  -- window it was admitted in; the share hits to this replica's share
-  -- record too, raised to its share floor first.
-  if nf == nw and lost(st) then
-    for i = 1, nw do
-      local f = window_state(args[floors + i - 1])
-      if f then raise(st[i], f) end
-    end
-  end
+  -- 2. lift the windows to the replica's floor (KeyRecord.lift), then
+  -- charge the hits and the share hits, each to the window it was
+  -- admitted in; the share hits to this replica's share record too,
+  -- raised to its share floor first.
+  lift(rec, ws, floors, nf, fgen)
   charge(st, ws, hits, nh)
   charge(st, ws, shits, nsh)
   local held, ownheld, released, returns, carry, has =

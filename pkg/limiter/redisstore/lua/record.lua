@@ -219,7 +219,44 @@ end
 -- sync set.
 local function new_rec()
   return {own = 0, owned = false, others = 0, last = 0, pressed = 0, shares = NOSHARES, nshares = 0,
-    w = false, x = false, st = false, dels = false}
+    w = false, x = false, st = false, dels = false, gen = 0, g = false, b = false, base = false, bdirty = false}
+end
+
+-- parse_states reads nw window states in the form of the w field; zero
+-- states if it holds another number of them (or is false).
+local function parse_states(v, nw)
+  local st, n = {}, 0
+  if v then
+    for e, c, p, t in string.gmatch(v, '(%-?%d+) (%d+) (%d+) (%-?%d+)') do
+      n = n + 1
+      st[n] = {epoch = tonumber(e), cur = tonumber(c), prev = tonumber(p), tat = tonumber(t)}
+    end
+  end
+  if n ~= nw then
+    st = {}
+    for i = 1, nw do st[i] = {epoch = 0, cur = 0, prev = 0, tat = 0} end
+  end
+  return st
+end
+
+-- encode_states writes window states in the form of the w field.
+local function encode_states(st)
+  if #st == 1 then
+    local s = st[1]
+    return format('%d %d %d %d', s.epoch, s.cur, s.prev, s.tat)
+  end
+  local parts = {}
+  for i = 1, #st do
+    local s = st[i]
+    parts[i] = format('%d %d %d %d', s.epoch, s.cur, s.prev, s.tat)
+  end
+  return concat(parts, ',')
+end
+
+-- count_in is WindowState.countIn: what s counts in epoch e.
+local function count_in(s, e)
+  if e == s.epoch then return s.cur elseif e == s.epoch - 1 then return s.prev end
+  return 0
 end
 
 local function load(key, nw)
@@ -234,6 +271,11 @@ local function load(key, nw)
       x = flat[i + 1]
     elseif f == 'p' then
       rec.pressed = tonumber(flat[i + 1]) or 0
+    elseif f == 'g' then
+      rec.g = flat[i + 1]
+      rec.gen = tonumber(rec.g) or 0
+    elseif f == 'b' then
+      rec.b = flat[i + 1]
     else
       local kind = sub(f, 1, 2)
       if kind == 'r:' then
@@ -285,11 +327,12 @@ end
 -- dropped. The windows and the expiry are left out when they read as
 -- stored, and the key's TTL, set from the expiry, then stays too. It
 -- returns the reply: now, credit, others' reservations and shares held,
--- pressed, expires, contended and the window states.
+-- pressed, expires, contended, the generation and the window states.
+-- The generation and the base are written when they changed.
 local function save(key, rec, ws, credit, expires, oheld, contended)
   local st, nw = rec.st, #ws
   local s = st[1]
-  local out = {now, credit, rec.others, oheld, rec.pressed > now and 1 or 0, expires, contended and 1 or 0,
+  local out = {now, credit, rec.others, oheld, rec.pressed > now and 1 or 0, expires, contended and 1 or 0, rec.gen,
     s.epoch, s.cur, s.prev, s.tat}
   local x = rec.last
   if credit > 0 then x = max(x, expires) end
@@ -297,7 +340,7 @@ local function save(key, rec, ws, credit, expires, oheld, contended)
   for i = 2, nw do
     s = st[i]
     x = max(x, fresh_at(s, ws[i]))
-    out[4 * i + 4], out[4 * i + 5], out[4 * i + 6], out[4 * i + 7] = s.epoch, s.cur, s.prev, s.tat
+    out[4 * i + 5], out[4 * i + 6], out[4 * i + 7], out[4 * i + 8] = s.epoch, s.cur, s.prev, s.tat
   end
   if nw == 1 then
     for _, r in pairs(rec.shares) do
@@ -338,6 +381,17 @@ local function save(key, rec, ws, credit, expires, oheld, contended)
   end
   if rec.pressed > now then -- a lapsed value left in place reads the same
     fields[n + 1], fields[n + 2], n = 'p', fmt(rec.pressed), n + 2
+  end
+  local g = fmt(rec.gen)
+  if g ~= rec.g then
+    fields[n + 1], fields[n + 2], n = 'g', g, n + 2
+  end
+  if rec.bdirty then
+    if rec.base then
+      fields[n + 1], fields[n + 2], n = 'b', encode_states(rec.base), n + 2
+    elseif rec.b then
+      del(rec, 'b')
+    end
   end
   if rec.dels then
     call('HDEL', key, unpack(rec.dels))
