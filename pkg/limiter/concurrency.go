@@ -140,7 +140,7 @@ func (e *engine) publishSlots(ctx context.Context, keys []*slots, want uint64, h
 	if err != nil {
 		return err
 	}
-	e.lastOK.Store(e.now())
+	e.answered(e.now())
 	for i, s := range keys {
 		s.granted.Store(int64(out[i].Granted))
 		s.published.Store(now)

@@ -92,9 +92,10 @@ type creditLocked struct {
 	tight        bool          // over half of a window is used or reserved: credit is held only to its end
 	refill       bool          // a busy sliding-window key left without credit: due again when a unit frees
 	fallback     []WindowState // local windows while degraded (fail-static)
-	// fallbackOK is the last store success the fallback was seeded after:
-	// an outage after a later success seeds it again.
+	// fallbackOK names the outage the fallback was seeded in
+	// (engine.outageOK): a later outage seeds it again.
 	fallbackOK int64
+	fallbackN  uint64 // N the fallback was seeded at
 }
 
 // waiter is a request that found no credit and waits for a sync.
@@ -138,7 +139,7 @@ func (e *engine) creditDecide(res *Result, cs *creditState, r *Request, hits uin
 		e.viewResult(res, cs, now, false, Never)
 		return
 	}
-	if e.degraded(r.Rule, now) {
+	if e.degraded(r.Rule, now) || e.settling(cs, now) {
 		*res = e.degradedDecide(cs, r.Rule, n, now)
 		return
 	}

@@ -64,7 +64,7 @@ func (e *engine) prepare(cs *creditState, now int64) SyncItem {
 		want = 0 // the share has room: no credit beside it
 	}
 	cs.handBack(want)
-	if yield := cs.yield.Swap(false); len(cs.waiters) == 0 && (yield || now-cs.lastUse.Load() > int64(quietInterval)) {
+	if yield := cs.yield.Swap(false); len(cs.waiters) == 0 && (yield || now-cs.lastUse.Load() > int64(quietInterval) || cs.settlingLocked(e, now)) {
 		// Idle, or asked to yield to another replica's waiters: hand the
 		// reservation back. Its credit leaves the hot path's reach first:
 		// a request arriving while the round is in flight would spend

@@ -97,6 +97,11 @@ type engine struct {
 	storeClk  storeClock   // what offset and clockErr are made from
 	lastOK    atomic.Int64 // local ns of the last successful store call
 	lastFail  atomic.Int64 // local ns of the last failed store call
+	// outageOK is lastOK when the store last began to fail: it names the
+	// outage, whose fallback windows a key seeds once. backAt is when the
+	// store answered again after failing, downFor how long it had not
+	// (local ns).
+	outageOK, backAt, downFor atomic.Int64
 	roundTrip atomic.Int64 // smoothed store round trip (rounds, heartbeats), ns
 	kickCh    chan struct{}
 	pendingMu sync.Mutex
@@ -267,12 +272,15 @@ func (e *engine) degradedDecide(cs *creditState, rule *Rule, n int64, now int64)
 	}
 	cs.mu.Lock()
 	defer cs.mu.Unlock()
-	shares := uint64(max(e.replicas.Load(), 1))
-	if ok := e.lastOK.Load(); len(cs.fallback) != len(rule.Windows) || cs.fallbackOK != ok {
+	if ok := e.outageOK.Load(); len(cs.fallback) != len(rule.Windows) || cs.fallbackOK != ok {
 		// A new outage: what the key admitted since the last one, from
-		// its share and its credit, counts against this one.
-		cs.fallback, cs.fallbackOK = cs.seedFallback(e, rule, shares, now), ok
+		// its share and its credit, counts against this one, at the N of
+		// its start (the registry as heard back after it may not yet
+		// count every replica).
+		cs.fallbackN = uint64(max(e.replicas.Load(), 1))
+		cs.fallback, cs.fallbackOK = cs.seedFallback(e, rule, cs.fallbackN, now), ok
 	}
+	shares := cs.fallbackN
 	res := Result{Allowed: true, Mode: ModeDegraded}
 	var wait time.Duration
 	for i, w := range rule.Windows {

@@ -56,7 +56,7 @@ func (c *storeClock) learn(sent, now, storeNow int64, publish func(offset, uncer
 // that sees the new uncertainty sees the offset that goes with it.
 func (e *engine) learnClock(sent, storeNow int64) {
 	now := e.now()
-	e.lastOK.Store(now)
+	e.answered(now)
 	e.storeClk.learn(sent, now, storeNow, func(off, uncertainty int64) {
 		e.offset.Store(off)
 		e.clockErr.Store(uncertainty)

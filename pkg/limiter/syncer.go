@@ -162,7 +162,47 @@ func (e *engine) learnRoundTrip(d time.Duration) {
 	e.roundTrip.Store(old + (int64(d)-old)/8)
 }
 
+// settling reports whether key cs, decided in degraded mode in the last
+// outage, is still decided so: for its rule's CacheTTL after the store
+// answered again, while its rounds push and ask for no credit. Until
+// every replica has pushed what it admitted in the outage, the store
+// would grant credit for units the others admitted in the window under
+// way, beyond L + N.
+func (e *engine) settling(cs *creditState, now int64) bool {
+	if !e.settlingRule(cs.rule, now) {
+		return false
+	}
+	cs.mu.Lock()
+	defer cs.mu.Unlock()
+	return cs.settlingLocked(e, now)
+}
+
+// settlingRule reports whether rule's keys may still be settling.
+func (e *engine) settlingRule(rule *Rule, now int64) bool {
+	ttl := int64(rule.Tuning.cacheTTL())
+	back := e.backAt.Load()
+	return back != 0 && now-back < ttl && e.downFor.Load() > ttl
+}
+
+// settlingLocked is settling with cs.mu held.
+func (cs *creditState) settlingLocked(e *engine, now int64) bool {
+	return len(cs.fallback) > 0 && cs.fallbackOK == e.outageOK.Load() && e.settlingRule(cs.rule, now)
+}
+
+// answered records a store call answered at now: a store back from
+// failing starts settling.
+func (e *engine) answered(now int64) {
+	failed := e.lastFail.Load()
+	if prev := e.lastOK.Swap(now); failed > prev && prev != 0 {
+		e.downFor.Store(now - prev)
+		e.backAt.Store(now)
+	}
+}
+
 func (e *engine) storeFailed(err error) {
+	if e.storeHealthy() {
+		e.outageOK.Store(e.lastOK.Load()) // an outage begins
+	}
 	e.lastFail.Store(e.now())
 	e.stats.syncFailures.Add(1)
 	e.log.Debug("store call failed", "err", err)
