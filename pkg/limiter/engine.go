@@ -89,25 +89,25 @@ type engine struct {
 	log   *slog.Logger
 	stats *stats
 
-	store     Store
-	replica   string
-	replicas  atomic.Int64 // N: live replicas last seen
-	offset    atomic.Int64 // store clock − local clock, µs
-	clockErr  atomic.Int64 // how far offset may be off, ns
-	storeClk  storeClock   // what offset and clockErr are made from
-	lastOK    atomic.Int64 // local ns of the last successful store call
-	lastFail  atomic.Int64 // local ns of the last failed store call
+	store    Store
+	replica  string
+	replicas atomic.Int64 // N: live replicas last seen
+	offset   atomic.Int64 // store clock − local clock, µs
+	clockErr atomic.Int64 // how far offset may be off, ns
+	storeClk storeClock   // what offset and clockErr are made from
+	lastOK   atomic.Int64 // local ns of the last successful store call
+	lastFail atomic.Int64 // local ns of the last failed store call
 	// outageOK is lastOK when the store last began to fail: it names the
 	// outage, whose fallback windows a key seeds once. backAt is when the
 	// store answered again after failing, downFor how long it had not
 	// (local ns).
 	outageOK, backAt, downFor atomic.Int64
-	roundTrip atomic.Int64 // smoothed store round trip (rounds, heartbeats), ns
-	kickCh    chan struct{}
-	pendingMu sync.Mutex
-	pending   []*creditState // keys that asked for a sync since the last round
-	lastScan  int64          // local ns of the last full scan (the rounds loop only)
-	members   atomic.Pointer[memberView]
+	roundTrip                 atomic.Int64 // smoothed store round trip (rounds, heartbeats), ns
+	kickCh                    chan struct{}
+	pendingMu                 sync.Mutex
+	pending                   []*creditState // keys that asked for a sync since the last round
+	lastScan                  int64          // local ns of the last full scan (the rounds loop only)
+	members                   atomic.Pointer[memberView]
 	// feedPushed: the store's feed is read by followFeed, not polled.
 	feedPushed atomic.Bool
 	joined     atomic.Int64 // store µs of this replica's first heartbeat
