@@ -241,7 +241,11 @@ func (sh *shareState) takeShare(it *SyncItem, snow int64, w Window, sharer bool)
 	}
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
-	it.ShareFloor = sh.reported(w)
+	if sharer {
+		// Only a sharer of the epoch has a record for the floor to
+		// raise: the store counts every record as one of its sharers.
+		it.ShareFloor = sh.reported(w)
+	}
 	it.ShareHits, sh.pending = sh.pending, nil
 	sh.pendingN.Store(0)
 	if sh.release.Swap(false) && sharer {

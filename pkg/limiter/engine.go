@@ -308,6 +308,9 @@ func (e *engine) degradedDecide(cs *creditState, rule *Rule, n int64, now int64)
 	cs.hits.Add(n)
 	e.degradedUnits.Add(n)
 	cs.share.spentElsewhere(cs.ws, n, e.storeNow(now))
+	if e.storeHealthy() && cs.kicked.CompareAndSwap(false, true) {
+		e.enqueue(cs) // settling: pushed at the next tick, before others get credit
+	}
 	return res
 }
 

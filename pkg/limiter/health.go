@@ -16,8 +16,7 @@ type outage struct {
 }
 
 // watchHealth logs the store's outages: at warn once decisions go
-// degraded, at info when the store is back and the keys have settled
-// (engine.settling), with how long it was away,
+// degraded, at info when the store is back, with how long it was away,
 // how many decisions were degraded and how many units they admitted,
 // which the keys' next rounds push to the store. runUpkeep calls it
 // every tick.
@@ -38,17 +37,10 @@ func (e *engine) watchHealth(now int64) {
 				"its part of the limit (fail-static) or admitting all (fail-open); admits are pushed when it is back",
 				"unreachable_for", time.Duration(now-o.since).Round(time.Millisecond), "replicas", e.replicas.Load())
 		}
-	case healthy && o.in && !e.settlingRule(&Rule{}, now):
-		// Logged once the keys degraded in the outage have settled, with
-		// their decisions since, from the last success before the outage
-		// to the first after it.
-		end := now
-		if back := e.backAt.Load(); back > o.since {
-			end = back
-		}
+	case healthy && o.in:
 		if o.warned {
 			e.log.Info("store reachable again: shared rules are decided from credit",
-				"outage", time.Duration(end-o.since).Round(time.Millisecond),
+				"outage", time.Duration(now-o.since).Round(time.Millisecond),
 				"degraded_decisions", e.stats.modes[ModeDegraded].Load()-o.decisions,
 				"degraded_units_to_push", e.degradedUnits.Load()-o.units)
 		}

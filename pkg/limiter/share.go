@@ -19,9 +19,12 @@ import "time"
 //
 // A replica with no share record counts S; one with a record counts S
 // less the share hits it pushed (its State); nothing through the epochs
-// of which it released its share. Shares are counted at the n of the caller:
-// every replica reading the registry counts the same n for an epoch
-// (Membership.Sharers).
+// of which it released its share. A record with no share hits and no
+// release in the current epoch counts as no record: it may be left from
+// an epoch its replica held a share of and this one it holds none of,
+// and must not stand for a sharer's unreported share. Shares are counted
+// at the n of the caller: every replica reading the registry counts the
+// same n for an epoch (Membership.Sharers).
 
 // ShareRecord is what a store keeps of one replica's static share of a
 // rate key.
@@ -106,8 +109,15 @@ func (r *KeyRecord) chargeShares(replica string, it *SyncItem, ws []Window, now 
 	size := ShareSize(w, it.Share, n)
 	sw := Window{Limit: size, Period: w.Period}
 	h := heldShares{returns: maxExact, carry: epoch == it.ShareEpoch && it.SharersNext == it.Sharers}
+	active := 0
 	for id, rec := range r.Shares {
 		rec.State.Roll(sw, now)
+		if rec.State.Cur == 0 && rec.Released < epoch {
+			// Nothing reported or released this epoch: counted with the
+			// unreported shares, if its replica is a sharer of it.
+			continue
+		}
+		active++
 		left := rec.State.Remaining(sw, it.Algorithm, now)
 		if rec.Released >= epoch {
 			h.released = satAdd(h.released, left)
@@ -119,7 +129,7 @@ func (r *KeyRecord) chargeShares(replica string, it *SyncItem, ws []Window, now 
 			h.own = left
 		}
 	}
-	unreported := uint64(max(n-len(r.Shares), 0))
+	unreported := uint64(max(n-active, 0))
 	h.all = satAdd(h.all, satMul(unreported, size))
 	return h
 }

@@ -48,7 +48,8 @@ func (h *logRecords) atLeast(lvl slog.Level) []map[string]slog.Value {
 // TestSimOutageLogged: the store goes away for 3 s under steady traffic.
 // The replica logs one warning once it decides without the store and one
 // line at info when the store is back, saying how long it was away, how
-// many decisions were degraded and how many units they admitted.
+// many decisions were degraded until then and how many units they
+// admitted.
 func TestSimOutageLogged(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		st := &switchStore{Store: memstore.New(nil)}
@@ -58,7 +59,7 @@ func TestSimOutageLogged(t *testing.T) {
 		done := make(chan struct{})
 		go func() { defer close(done); l.Run(ctx) }()
 		rule := perSecond(50)
-		var admitted, degraded int
+		var admitted, degraded, degradedDown int
 		out := make([]limiter.Result, 1)
 		for i := range 800 { // 8 s at 100 a second
 			switch i {
@@ -73,6 +74,9 @@ func TestSimOutageLogged(t *testing.T) {
 			}
 			if out[0].Mode == limiter.ModeDegraded {
 				degraded++
+				if i < 500 {
+					degradedDown++
+				}
 			}
 			time.Sleep(10 * time.Millisecond)
 		}
@@ -88,8 +92,11 @@ func TestSimOutageLogged(t *testing.T) {
 		if d := back["outage"].Duration(); d < 3*time.Second || d > 5*time.Second {
 			t.Errorf("outage logged as %v, want 3 s and at most two heartbeat intervals more", d)
 		}
-		if n := back["degraded_decisions"].Uint64(); n == 0 || int(n) != degraded {
-			t.Errorf("degraded decisions logged %d, counted %d", n, degraded)
+		// Logged at recovery: the decisions while the store was down, and
+		// the few before the replica saw it back; the keys go on deciding
+		// so while they settle.
+		if n := back["degraded_decisions"].Uint64(); n == 0 || int(n) < degradedDown || int(n) > degraded {
+			t.Errorf("degraded decisions logged %d, counted %d while the store was down and %d in all", n, degradedDown, degraded)
 		}
 		if n := back["degraded_units_to_push"].Int64(); n <= 0 || n > int64(degraded) {
 			t.Errorf("degraded units logged %d, with %d degraded decisions", n, degraded)

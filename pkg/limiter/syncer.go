@@ -177,12 +177,27 @@ func (e *engine) settling(cs *creditState, now int64) bool {
 	return cs.settlingLocked(e, now)
 }
 
-// settlingRule reports whether rule's keys may still be settling.
+// settlingRule reports whether rule's keys may still be settling: the
+// store came back from an outage longer than the rule's CacheTTL, and
+// now is before the end of the rule's window that holds back + CacheTTL
+// (so every replica back by then ends it at the same boundary), at most
+// settleMax after back.
 func (e *engine) settlingRule(rule *Rule, now int64) bool {
 	ttl := int64(rule.Tuning.cacheTTL())
 	back := e.backAt.Load()
-	return back != 0 && now-back < ttl && e.downFor.Load() > ttl
+	if back == 0 || e.downFor.Load() <= ttl || now-back >= ttl+int64(settleMax) {
+		return false
+	}
+	if len(rule.Windows) == 0 || rule.Windows[0].Period < time.Microsecond {
+		return now-back < ttl
+	}
+	p := int64(rule.Windows[0].Period / time.Microsecond)
+	end := (e.storeNow(back+ttl)/p + 1) * p
+	return e.storeNow(now) < end
 }
+
+// settleMax bounds how long past its CacheTTL a key settles.
+const settleMax = time.Minute
 
 // settlingLocked is settling with cs.mu held.
 func (cs *creditState) settlingLocked(e *engine, now int64) bool {
@@ -190,20 +205,32 @@ func (cs *creditState) settlingLocked(e *engine, now int64) bool {
 }
 
 // answered records a store call answered at now: a store back from
-// failing starts settling.
+// failing starts settling. A failure soon after that (a pooled
+// connection the restarted store had closed) belongs to the same outage:
+// its end neither shortens the outage nor starts another.
 func (e *engine) answered(now int64) {
 	failed := e.lastFail.Load()
-	if prev := e.lastOK.Swap(now); failed > prev && prev != 0 {
-		e.downFor.Store(now - prev)
-		e.backAt.Store(now)
+	prev := e.lastOK.Swap(now)
+	if failed <= prev || prev == 0 {
+		return
 	}
+	if now-e.backAt.Load() < int64(outageFlaps) && now-prev <= e.downFor.Load() {
+		return
+	}
+	e.downFor.Store(now - prev)
+	e.backAt.Store(now)
 }
 
+// outageFlaps is how long after the store answers again a failure still
+// counts as part of the outage it came back from.
+const outageFlaps = 10 * time.Second
+
 func (e *engine) storeFailed(err error) {
-	if e.storeHealthy() {
+	now := e.now()
+	if e.storeHealthy() && now-e.backAt.Load() >= int64(outageFlaps) {
 		e.outageOK.Store(e.lastOK.Load()) // an outage begins
 	}
-	e.lastFail.Store(e.now())
+	e.lastFail.Store(now)
 	e.stats.syncFailures.Add(1)
 	e.log.Debug("store call failed", "err", err)
 }

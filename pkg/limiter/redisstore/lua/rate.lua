@@ -100,21 +100,26 @@ local function charge_shares(rec, ws, se, n, nn, share, h, nsh, release, sfloor)
   end
   -- ShareSize; share is clamped to (0, 1].
   local size = idiv(floor(share * w.limit), max(n, 1))
-  local all, own, released, returns = 0, 0, 0, MAXEXACT
+  local all, own, released, returns, active = 0, 0, 0, MAXEXACT, 0
   for f, r in pairs(shares) do
     local s = {epoch = r.s.epoch, cur = r.s.cur, prev = r.s.prev, tat = r.s.tat}
     roll(s, w)
-    local left = satsub(size, s.cur) -- remaining of a fixed window of size
-    if r.rel >= epoch then
-      released = satadd(released, left)
-      returns = min(returns, (r.rel + 1) * w.p)
-      left = 0
+    -- A record with nothing reported or released this epoch counts as
+    -- none: with the unreported shares.
+    if s.cur > 0 or r.rel >= epoch then
+      active = active + 1
+      local left = satsub(size, s.cur) -- remaining of a fixed window of size
+      if r.rel >= epoch then
+        released = satadd(released, left)
+        returns = min(returns, (r.rel + 1) * w.p)
+        left = 0
+      end
+      all = satadd(all, left)
+      if f == myshare then own = left end
     end
-    all = satadd(all, left)
-    if f == myshare then own = left end
   end
-  -- The unreported shares: S each of the sharers without a record.
-  all = satadd(all, min(max(n - rec.nshares, 0) * size, MAXEXACT))
+  -- The unreported shares: S each of the sharers without an active record.
+  all = satadd(all, min(max(n - active, 0) * size, MAXEXACT))
   return all, own, released, returns, epoch == se and nn == n, true
 end
 
