@@ -203,21 +203,48 @@ func (cs *creditState) pushHits(h, snow int64) []Hit {
 	return hits
 }
 
-// abort puts back what a failed round took. The hits go back to the
-// counter: pushed after recovery they charge the window of that moment,
-// which is how an outage's admits are paid back.
+// abort puts back what a failed round took. The hits are set aside with
+// the instants they were stamped with, ahead of those set aside since:
+// pushed after recovery, each charges the window it was admitted in, so
+// an outage's admits count in the windows of the outage, not in the one
+// current at recovery (where they would deny keys under their limit).
+// One entry per window of the shortest period, at most maxLate: past
+// that the oldest are merged into the next.
 func (cs *creditState) abort(it SyncItem) {
 	cs.share.untake(it)
 	cs.mu.Lock()
 	defer cs.mu.Unlock()
+	p := shortest(cs.ws)
+	var back []Hit
 	for _, h := range it.Hits {
 		if h.N < 0 {
 			cs.refunds.Add(-h.N)
-		} else {
-			cs.hits.Add(h.N)
+			continue
 		}
+		back = appendHit(back, h, p)
 	}
+	for _, h := range cs.late {
+		back = appendHit(back, h, p)
+	}
+	for len(back) > maxLate {
+		back[1].N += back[0].N
+		back = back[1:]
+	}
+	cs.late = back
 	cs.inflight, cs.flying = false, 0
+}
+
+// maxLate bounds the hits a key sets aside by window (abort).
+const maxLate = 8
+
+// appendHit appends h to hits, into the last one if both fall in one
+// window of period p (store µs), stamped with the later instant.
+func appendHit(hits []Hit, h Hit, p int64) []Hit {
+	if k := len(hits) - 1; k >= 0 && hits[k].At/p == h.At/p {
+		hits[k] = Hit{At: max(hits[k].At, h.At), N: hits[k].N + h.N}
+		return hits
+	}
+	return append(hits, h)
 }
 
 // apply installs a store reply: the credit (minus what was admitted while

@@ -36,7 +36,8 @@
 // waits or is denied), so at 0.9× of a limit almost no request waits.
 // When the store has been unreachable for the rule's CacheTTL, each
 // replica enforces ⌈L/N⌉ (or admits all, FailOpen) and pushes its admits
-// on recovery.
+// on recovery, each charged to the window it was made in (a window after
+// the outage is not charged for it).
 //
 // Static shares. A rule of one fixed window gives each of the n replicas
 // that may hold a share of the window's current epoch a static share

@@ -260,7 +260,8 @@ func (e *engine) newCredit(key string, rule *Rule, now int64) *creditState {
 
 // degradedDecide decides while the store is unreachable: fail-open admits
 // all; fail-static enforces ⌈L/N⌉ of every window locally. Either way the
-// admits are pushed on recovery and paid back.
+// admits are pushed on recovery, each charged to the window it was made
+// in.
 func (e *engine) degradedDecide(cs *creditState, rule *Rule, n int64, now int64) Result {
 	e.count(ModeDegraded)
 	e.activate(cs) // its admits are pushed on recovery

@@ -618,9 +618,11 @@ func TestSimLateHitsKeepTheirWindow(t *testing.T) {
 }
 
 // TestSimOutagePayback: what is admitted while the store is down (fail-
-// static, ⌈L/N⌉ per replica) is pushed on recovery and paid back, so the
-// outage and the windows after it together admit at most their limit plus
-// the rounding of N shares.
+// static, ⌈L/N⌉ per replica) is pushed on recovery, each admit charged to
+// the window it was made in: the outage and the windows after it together
+// admit at most their limit plus the rounding of N shares, and the
+// windows from the recovery on are not charged for the outage's admits
+// (when they were, the second of the recovery admitted 2 of 50).
 func TestSimOutagePayback(t *testing.T) {
 	for _, alg := range []limiter.Algorithm{limiter.FixedWindow, limiter.SlidingWindow} {
 		st := &switchStore{Store: memstore.New(nil)}
@@ -637,6 +639,11 @@ func TestSimOutagePayback(t *testing.T) {
 		t.Logf("%v: admitted per second %v; seconds 2–11: %d", alg, seconds(r.admitted, 12), total)
 		if total > 10*50+4 {
 			t.Errorf("%v: the outage and the windows after it admitted %d > 10·L + N", alg, total)
+		}
+		for sec := int64(5); sec < 12; sec++ {
+			if got := r.admitted[sec]; got < 50-4 {
+				t.Errorf("%v: second %d, from the recovery on, admitted %d < L − N", alg, sec, got)
+			}
 		}
 	}
 }

@@ -283,30 +283,30 @@ func TestSimOutageAfterShareSync(t *testing.T) {
 }
 
 // TestSimOutageNearLimit: a 100/minute key sent 90 a minute over 2
-// replicas, the store down for 10 s from 20 s into a minute, longer than
-// the lease: no window over its limit, no denial. Each replica's lease
-// ends while the store is away, so its first heartbeat after joins it
-// again; the registry keeps the earlier incarnation, so the minute under
-// way keeps counting it, and the replica keeps its share of that minute.
+// replicas, the store down for longer than the lease: no window over its
+// limit, no denial. In the middle of a minute (10 s from 20 s in), each
+// replica's lease ends while the store is away, so its first heartbeat
+// after joins it again; the registry keeps the earlier incarnation, so
+// the minute under way keeps counting it, and the replica keeps its share
+// of that minute.
 // When the registry forgot the earlier incarnation, the store went on
 // counting each replica's share as held by it while the replica, joined
 // anew, held none: nothing was granted for the rest of the minute, and
 // 43 of 90 were denied (in the simulation, the waiters' rounds ran in a
 // loop that never let time pass).
 //
-// Across a minute's end (down 20 s from 50 s in) the minute after still
-// denies 4 of its 90: the outage's admits are pushed on recovery and
-// charged to the window current then (TestSimOutagePayback). Charging
-// each to its own window ends that, but lets the recovery window go over
-// L + N: a replica granted credit in it before the others have pushed
-// their degraded admits of it (TestRealtimeRedisRestart, 60–67 of a 50/s
-// limit on 4 replicas); the payback stands until that race is closed.
+// Across a minute's end (down 20 s from 50 s in), the admits of the
+// outage are pushed on recovery, each charged to the minute it was
+// admitted in. When a failed round put its hits back to be stamped again
+// at the next, the 15 admitted in the first minute's last 10 s were
+// charged to the second, which then denied 4 of its 90.
 func TestSimOutageNearLimit(t *testing.T) {
 	for _, tc := range []struct {
 		name   string
 		at, of time.Duration
 	}{
 		{"mid-minute", 20 * time.Second, 10 * time.Second},
+		{"across a minute", 50 * time.Second, 20 * time.Second},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			r := keySim{rule: perMinute(100), replicas: 2, keys: 1, rate: 1.5, duration: warmUp + 125*time.Second, measureFrom: warmUp,
