@@ -302,21 +302,8 @@ local function load(key, nw)
     w, x = nil, nil
   end
   rec.w, rec.x = w or false, x or false
-  local st, n = {}, 0
-  if w and nw == 1 then
-    local s = window_state(w)
-    if s then st, n = {s}, 1 end
-  elseif w then
-    for e, c, p, t in string.gmatch(w, '(%-?%d+) (%d+) (%d+) (%-?%d+)') do
-      n = n + 1
-      st[n] = {epoch = tonumber(e), cur = tonumber(c), prev = tonumber(p), tat = tonumber(t)}
-    end
-  end
-  if n ~= nw then
-    st = {}
-    for i = 1, nw do st[i] = {epoch = 0, cur = 0, prev = 0, tat = 0} end
-  end
-  rec.st = st
+  local s = w and nw == 1 and window_state(w)
+  rec.st = s and {s} or parse_states(w, nw)
   return rec
 end
 
@@ -352,18 +339,7 @@ local function save(key, rec, ws, credit, expires, oheld, contended)
   x = min(max(x, now + 1), MAXEXACT)
 
   local fields, n = {false, false, false, false, false, false}, 0
-  local enc
-  if nw == 1 then
-    s = st[1]
-    enc = format('%d %d %d %d', s.epoch, s.cur, s.prev, s.tat)
-  else
-    local parts = {}
-    for i = 1, nw do
-      local s = st[i]
-      parts[i] = format('%d %d %d %d', s.epoch, s.cur, s.prev, s.tat)
-    end
-    enc = concat(parts, ',')
-  end
+  local enc = encode_states(st)
   if enc ~= rec.w then
     fields[1], fields[2], n = 'w', enc, 2
   end
