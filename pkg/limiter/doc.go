@@ -37,7 +37,11 @@
 // When the store has been unreachable for the rule's CacheTTL, each
 // replica enforces ⌈L/N⌉ (or admits all, FailOpen) and pushes its admits
 // on recovery, each charged to the window it was made in (a window after
-// the outage is not charged for it).
+// the outage is not charged for it). A key decided so keeps its ⌈L/N⌉
+// until the end of its window that holds the store's return plus
+// CacheTTL (at most a minute more), asking for no credit: by then every
+// replica has pushed its degraded admits, which credit granted earlier
+// would not have counted.
 //
 // Static shares. A rule of one fixed window gives each of the n replicas
 // that may hold a share of the window's current epoch a static share
