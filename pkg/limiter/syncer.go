@@ -163,18 +163,18 @@ func (e *engine) learnRoundTrip(d time.Duration) {
 }
 
 // settling reports whether key cs, decided in degraded mode in the last
-// outage, is still decided so: for its rule's CacheTTL after the store
-// answered again, while its rounds push and ask for no credit. Until
-// every replica has pushed what it admitted in the outage, the store
-// would grant credit for units the others admitted in the window under
-// way, beyond L + N.
+// outage, is still decided so (settlingRule), while its rounds push and
+// ask for no credit. Until every replica has pushed what it admitted in
+// the outage, the store would grant credit for units the others admitted
+// in the window under way, beyond L + N. Outside that time it costs the
+// hot path one atomic load.
 func (e *engine) settling(cs *creditState, now int64) bool {
 	if !e.settlingRule(cs.rule, now) {
 		return false
 	}
 	cs.mu.Lock()
 	defer cs.mu.Unlock()
-	return cs.settlingLocked(e, now)
+	return cs.degradedIn(e)
 }
 
 // settlingRule reports whether rule's keys may still be settling: the
@@ -201,7 +201,13 @@ const settleMax = time.Minute
 
 // settlingLocked is settling with cs.mu held.
 func (cs *creditState) settlingLocked(e *engine, now int64) bool {
-	return len(cs.fallback) > 0 && cs.fallbackOK == e.outageOK.Load() && e.settlingRule(cs.rule, now)
+	return e.settlingRule(cs.rule, now) && cs.degradedIn(e)
+}
+
+// degradedIn reports whether the key was decided in degraded mode in the
+// last outage (its fallback was seeded in it). cs.mu must be held.
+func (cs *creditState) degradedIn(e *engine) bool {
+	return len(cs.fallback) > 0 && cs.fallbackOK == e.outageOK.Load()
 }
 
 // answered records a store call answered at now: a store back from
