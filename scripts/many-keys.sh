@@ -27,6 +27,7 @@
 #   scripts/many-keys.sh                      # D=10s KEYS=100000 C=64
 #   D=5s KEYS=20000 C=32 scripts/many-keys.sh
 #   ONLY=B scripts/many-keys.sh               # workload B alone
+#   ONLY=A REPLICAS=4 scripts/many-keys.sh    # workload A on 4 replicas alone
 set -euo pipefail
 cd "$(dirname "$0")/.."
 name=many-keys
@@ -271,7 +272,7 @@ bench() { # out.json rlsbench-args...: a non-zero exit (no answers) still leaves
 : >"$work/rows"
 [ "${ONLY:-}" = B ] || bench "$work/floor.json" -addr "$noop" -descriptor 'user={k}' -keys "$KEYS" -limit 100 -per minute
 [ "${ONLY:-}" = B ] || python3 "$work/mk.py" row floor "$work/floor.json" >>"$work/rows"
-for R in 1 2 4; do
+for R in ${REPLICAS:-1 2 4}; do
   [ "${ONLY:-}" = B ] && break
   start_replicas "$R"
   warm_up 60
@@ -282,12 +283,14 @@ for R in 1 2 4; do
   python3 "$work/mk.py" row "A$R" "$work/a$R.json" "$work/before$R.json" "$work/after$R.json" >>"$work/rows"
 done
 
-start_replicas 4
-warm_up 1
-snapshot beforeB 4
-bench "$work/b.json" -addr "$(addrs 4)" -descriptor 'zipf={k}' -keys "$ZKEYS" -zipf "$ZIPF" -limit 10 -per second
-snapshot afterB 4
-stop_replicas
-python3 "$work/mk.py" row B "$work/b.json" "$work/beforeB.json" "$work/afterB.json" >>"$work/rows"
+if [ "${ONLY:-}" != A ]; then
+  start_replicas 4
+  warm_up 1
+  snapshot beforeB 4
+  bench "$work/b.json" -addr "$(addrs 4)" -descriptor 'zipf={k}' -keys "$ZKEYS" -zipf "$ZIPF" -limit 10 -per second
+  snapshot afterB 4
+  stop_replicas
+  python3 "$work/mk.py" row B "$work/b.json" "$work/beforeB.json" "$work/afterB.json" >>"$work/rows"
+fi
 
 python3 "$work/mk.py" tables "$work/rows" "$D" "$KEYS" "$C" "$ZKEYS" "$ZIPF"

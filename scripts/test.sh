@@ -5,14 +5,21 @@
 # the timer code, or the race detector's own "ThreadSanitizer: CHECK
 # failed"), is run once more and must pass then; the crash is printed.
 # A test that fails fails the run at once.
+# Then the large simulations of pkg/limiter, which skip themselves under
+# -race (it makes them some 25 times slower), run without it.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 GO=${GO:-go}
 out=$(mktemp)
 trap 'rm -f "$out"' EXIT
 
+large() { # the large simulations, without the race detector
+  echo "test: the large simulations of pkg/limiter, without -race"
+  "$GO" test -count=1 -run '^TestSim' "$@" ./pkg/limiter/
+}
+
 "$GO" test -race -count=1 "$@" ./... 2>&1 | tee "$out"
-[ "${PIPESTATUS[0]}" -eq 0 ] && exit 0
+[ "${PIPESTATUS[0]}" -eq 0 ] && { large "$@"; exit; }
 
 # Each package's output is printed in one block ending in its ok/FAIL line.
 rerun=()
@@ -31,3 +38,4 @@ for pkg in "${rerun[@]}"; do
   echo "test: the Go runtime aborted $pkg (no test failed); running it once more" >&2
   "$GO" test -race -count=1 "$@" "$pkg" || exit 1
 done
+large "$@"

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"math/rand/v2"
+	"os"
 	"strings"
 	"sync"
 	"testing"
@@ -277,6 +278,7 @@ func perMinute(limit uint64) *limiter.Rule {
 // decision waits for the store and no key syncs: the share hits ride
 // along at shutdown.
 func TestSimManyKeysFarBelowLimit(t *testing.T) {
+	largeSim(t)
 	t.Parallel()
 	for _, n := range []int{1, 2, 4} {
 		t.Run(fmt.Sprint(n, " replicas"), func(t *testing.T) {
@@ -319,6 +321,7 @@ func TestSimManyKeysFarBelowLimit(t *testing.T) {
 // other replicas held across a boundary is admitted in the next window,
 // and that window's tenth request finds it full.
 func TestSimSkewedManyKeys(t *testing.T) {
+	largeSim(t)
 	t.Parallel()
 	r := keySim{rule: perSecond(10), replicas: 4, keys: 1000, zipf: 1.1, rate: 3000,
 		duration: 20 * time.Second, measureFrom: 5 * time.Second}.run(t)
@@ -352,6 +355,7 @@ func TestSimSkewedManyKeys(t *testing.T) {
 // go over, and no decision waits longer than StoreTimeout +
 // contentionWait.
 func TestSimSkewedRoundsNearTimeout(t *testing.T) {
+	largeSim(t)
 	t.Parallel()
 	for _, c := range []struct {
 		delay time.Duration
@@ -380,6 +384,7 @@ func TestSimSkewedRoundsNearTimeout(t *testing.T) {
 // that overlap (a request's round goes at once, not after the one in
 // flight) left 25–38 (runRounds says why they are not used).
 func TestSimSkewedRoundsLongTail(t *testing.T) {
+	largeSim(t)
 	t.Parallel()
 	var mu sync.Mutex
 	rng := rand.New(rand.NewPCG(3, 4))
@@ -473,6 +478,7 @@ func TestSimRestart(t *testing.T) {
 // the few keys denied under their limit (logged) are near it, where
 // units are held by other replicas that a slow store cannot move in time.
 func TestSimSlowStore(t *testing.T) {
+	largeSim(t)
 	t.Parallel()
 	r := keySim{rule: perMinute(100), replicas: 4, keys: 5000, rate: 500, zipf: 1.1,
 		duration: warmUp + 70*time.Second, measureFrom: warmUp,
@@ -557,5 +563,17 @@ func TestSimSecondOutage(t *testing.T) {
 		if got > 100+4 {
 			t.Errorf("minute %d admitted %d > L + N", w-first, got)
 		}
+	}
+}
+
+// largeSim skips a simulation of thousands of keys and tens of thousands
+// of requests under the race detector, which makes it some 25 times
+// slower: scripts/test.sh runs these without -race after the race run.
+// The code paths they take are taken under -race by the smaller
+// simulations; SIM_RACE=1 runs them under -race too.
+func largeSim(t *testing.T) {
+	t.Helper()
+	if raceDetector && os.Getenv("SIM_RACE") == "" {
+		t.Skip("a large simulation: run without -race (scripts/test.sh does), or with SIM_RACE=1")
 	}
 }

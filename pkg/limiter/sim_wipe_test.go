@@ -358,6 +358,7 @@ func (r *keyRun) pause(d time.Duration) {
 // shares of the whole limit until it ends, on the side of the limit, as
 // no one knows what the lost store held.
 func TestSimPauseManyKeys(t *testing.T) {
+	largeSim(t)
 	t.Parallel()
 	for _, tc := range []struct {
 		name   string
