@@ -66,9 +66,9 @@ func okAnswer(n int) *ratelimitv3.RateLimitResponse {
 // newNoopGRPCServer returns a gRPC server with the no-op RLS and a health
 // service reporting SERVING.
 func newNoopGRPCServer() *grpc.Server {
-	// The same stream-worker pool as ratelimit-svc, so the floor is the
-	// same gRPC server doing nothing.
-	gs := grpc.NewServer(grpc.NumStreamWorkers(uint32(runtime.GOMAXPROCS(0))))
+	// The same stream-worker pool as ratelimit-svc (16 per core), so the
+	// floor is the same gRPC server doing nothing.
+	gs := grpc.NewServer(grpc.NumStreamWorkers(uint32(16 * runtime.GOMAXPROCS(0))))
 	ratelimitv3.RegisterRateLimitServiceServer(gs, newNoopServer())
 	hs := health.NewServer()
 	hs.SetServingStatus("", healthpb.HealthCheckResponse_SERVING)
