@@ -248,11 +248,25 @@ func (sh *shareState) takeShare(it *SyncItem, snow int64, w Window, sharer bool)
 	}
 	it.ShareHits, sh.pending = sh.pending, nil
 	sh.pendingN.Store(0)
-	if sh.release.Swap(false) && sharer {
-		sh.released = snow / int64(w.Period)
+	// A release asked for is sent by a sharer of the epoch, and sent again
+	// (a round that failed) by the replica that made it; a share of an
+	// epoch this replica no longer holds is released unasked.
+	ep := snow / int64(w.Period)
+	if sh.release.Swap(false) && (sharer || sh.released >= ep) || !sharer && sh.stray(ep) {
+		sh.released = ep
 		sh.none.Store(0)
 		it.Release = snow
 	}
+}
+
+// stray reports share hits in epoch ep, of which this replica holds no
+// share, not yet released: it spent from a share of ep that it no longer
+// holds, as a registry lost with the store's counts no longer counts
+// it. The store keeps counting its record as one of the epoch's sharers,
+// the rest of it as held; the replica releases it unasked, as it will not
+// spend it. sh.mu must be held.
+func (sh *shareState) stray(ep int64) bool {
+	return sh.released < ep && sh.state.Epoch == ep && sh.state.Cur > 0
 }
 
 // reported is the share hits the store was told of: the share's state

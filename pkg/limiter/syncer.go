@@ -115,7 +115,10 @@ func (e *engine) runUpkeep(ctx context.Context) {
 			// first keys' credit too generous.
 			every = int64(startupBeat)
 		}
-		if now-lastBeat >= every {
+		// A store back from an outage is heard from at once: the registry
+		// it keeps may be new (a store back empty), and the sharers a
+		// round counts come from the copy heard last.
+		if now-lastBeat >= every || e.backAt.Load() > lastBeat {
 			e.heartbeat(ctx)
 			lastBeat = now
 		}
