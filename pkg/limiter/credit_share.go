@@ -35,8 +35,12 @@ import (
 // to contentionWait, while the store answers fast enough for a release
 // and a round to fit in that time; a request is denied at once only when
 // the window is full but for what others hold and use. A key still at
-// its limit in the next epoch is published again. Only a replica that holds a share of an epoch releases it:
-// the store counts every record as one of the epoch's sharers.
+// its limit in the next epoch is published again. Only a replica that
+// holds a share of an epoch releases it, the store counting every record
+// as one of the epoch's sharers; but a replica that spent from a share
+// of the epoch and no longer holds one (a store back empty keeps a new
+// registry, which counts no sharer of the epoch under way) releases it
+// unasked, or the store would count the rest of its record as held.
 
 // maxContended bounds the contended keys a replica remembers.
 const maxContended = 4096
