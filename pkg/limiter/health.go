@@ -4,6 +4,10 @@ import (
 	"time"
 )
 
+// The store's health: when shared rules are decided without it
+// (degraded), how keys decided so settle once it answers again, which
+// failures belong to one outage, and the operator's log of outages.
+
 // outage follows the store's health for the operator: one warning when
 // the engine begins to decide without the store, one line when the store
 // answers again. runUpkeep owns it.
@@ -46,4 +50,93 @@ func (e *engine) watchHealth(now int64) {
 		}
 		*o = outage{}
 	}
+}
+
+// settling reports whether key cs, decided in degraded mode in the last
+// outage, is still decided so (settlingRule), while its rounds push and
+// ask for no credit. Until every replica has pushed what it admitted in
+// the outage, the store would grant credit for units the others admitted
+// in the window under way, beyond L + N. Outside that time it costs the
+// hot path one atomic load.
+func (e *engine) settling(cs *creditState, now int64) bool {
+	if !e.settlingRule(cs.rule, now) {
+		return false
+	}
+	cs.mu.Lock()
+	defer cs.mu.Unlock()
+	return cs.degradedIn(e)
+}
+
+// settlingRule reports whether rule's keys may still be settling: the
+// store came back from an outage longer than the rule's CacheTTL, and
+// now is before the end of the rule's window that holds back + CacheTTL
+// (so every replica back by then ends it at the same boundary), at most
+// settleMax after back.
+func (e *engine) settlingRule(rule *Rule, now int64) bool {
+	ttl := int64(rule.Tuning.cacheTTL())
+	back := e.backAt.Load()
+	if back == 0 || e.downFor.Load() <= ttl || now-back >= ttl+int64(settleMax) {
+		return false
+	}
+	if len(rule.Windows) == 0 || rule.Windows[0].Period < time.Microsecond {
+		return now-back < ttl
+	}
+	p := int64(rule.Windows[0].Period / time.Microsecond)
+	end := (e.storeNow(back+ttl)/p + 1) * p
+	return e.storeNow(now) < end
+}
+
+// settleMax bounds how long past its CacheTTL a key settles.
+const settleMax = time.Minute
+
+// settlingLocked is settling with cs.mu held.
+func (cs *creditState) settlingLocked(e *engine, now int64) bool {
+	return e.settlingRule(cs.rule, now) && cs.degradedIn(e)
+}
+
+// degradedIn reports whether the key was decided in degraded mode in the
+// last outage (its fallback was seeded in it). cs.mu must be held.
+func (cs *creditState) degradedIn(e *engine) bool {
+	return len(cs.fallback) > 0 && cs.fallbackOK == e.outageOK.Load()
+}
+
+// answered records a store call answered at now: a store back from
+// failing starts settling. A failure soon after that (a pooled
+// connection the restarted store had closed) belongs to the same outage:
+// its end neither shortens the outage nor starts another.
+func (e *engine) answered(now int64) {
+	failed := e.lastFail.Load()
+	prev := e.lastOK.Swap(now)
+	if failed <= prev || prev == 0 {
+		return
+	}
+	if now-e.backAt.Load() < int64(outageFlaps) && now-prev <= e.downFor.Load() {
+		return
+	}
+	e.downFor.Store(now - prev)
+	e.backAt.Store(now)
+}
+
+// outageFlaps is how long after the store answers again a failure still
+// counts as part of the outage it came back from.
+const outageFlaps = 10 * time.Second
+
+func (e *engine) storeFailed(err error) {
+	now := e.now()
+	if e.storeHealthy() && now-e.backAt.Load() >= int64(outageFlaps) {
+		e.outageOK.Store(e.lastOK.Load()) // an outage begins
+	}
+	e.lastFail.Store(now)
+	e.stats.syncFailures.Add(1)
+	e.log.Debug("store call failed", "err", err)
+}
+
+// storeHealthy reports whether the last store call succeeded.
+func (e *engine) storeHealthy() bool { return e.lastFail.Load() <= e.lastOK.Load() }
+
+// degraded reports whether rule must be decided without the store: it has
+// been unreachable for longer than the rule's CacheTTL.
+func (e *engine) degraded(rule *Rule, now int64) bool {
+	ok := e.lastOK.Load()
+	return !e.storeHealthy() && ok != 0 && now-ok > int64(rule.Tuning.cacheTTL())
 }
