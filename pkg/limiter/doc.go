@@ -42,6 +42,14 @@
 // CacheTTL (at most a minute more), asking for no credit: by then every
 // replica has pushed its degraded admits, which credit granted earlier
 // would not have counted.
+// Before its CacheTTL has passed, a store that hangs is a slow one: a
+// request beyond what the replica holds waits its StoreTimeout and is
+// denied, as one late round may be all it is, and admitting it on the
+// last view could pass the limit while the others are granted the rest.
+// After the store answers again, a replica heartbeats at once, and
+// releases unasked the share of an epoch it spent from and no longer
+// holds: a store back empty keeps a new registry, in which no replica
+// holds a share of the window under way.
 //
 // Static shares. A rule of one fixed window gives each of the n replicas
 // that may hold a share of the window's current epoch a static share
