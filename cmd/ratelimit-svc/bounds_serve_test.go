@@ -117,27 +117,30 @@ func shouldRateLimit(t *testing.T, grpcAddr string) {
 	}
 }
 
-// TestHTTPConnectionCapSheds: with the HTTP port's connections all held,
-// one more is closed at once rather than queued, gRPC still answers, and
-// a slot given back is served again.
+// TestHTTPConnectionCapSheds: with the HTTP port's connections all held
+// and idle, one more takes the place of the oldest, which the server
+// closes, gRPC still answers, and the shed connections are counted.
+// (connlimit_test.go: connections in a handler are never shed.)
 func TestHTTPConnectionCapSheds(t *testing.T) {
 	s := start(t, "../../config", "--http-max-conns", "3", "--http-idle-timeout", "1m", "--http-read-timeout", "1m")
 	http.DefaultClient.CloseIdleConnections() // start's readiness probe held one
 	held := []*heldConn{holdHTTP(t, s.httpAddr), holdHTTP(t, s.httpAddr), holdHTTP(t, s.httpAddr)}
 	extra := dialHTTP(t, s.httpAddr)
-	if code, err := extra.exchange("/healthcheck"); err == nil {
-		t.Fatalf("a fourth connection was answered (%d) with the cap of 3 held", code)
+	if code, err := extra.exchange("/healthcheck"); err != nil || code != http.StatusOK {
+		t.Fatalf("a fourth connection with the cap of 3 held idle: %d %v, want answered", code, err)
 	}
+	if err := closedByServer(held[0]); err != nil {
+		t.Fatalf("the oldest idle connection, at the cap: %v", err)
+	}
+	held[0] = extra
 	shouldRateLimit(t, s.grpcAddr)
 	for i, c := range held {
 		if code, err := c.exchange("/healthcheck"); err != nil || code != http.StatusOK {
 			t.Fatalf("held connection %d: %d %v", i, code, err)
 		}
 	}
-	held[0].Close()
-	c := holdHTTP(t, s.httpAddr) // the slot comes back
-	code, metrics, err := c.get("/metrics")
-	// at least the fourth connection; holdHTTP's retries may add some
+	code, metrics, err := held[2].get("/metrics")
+	// at least the oldest connection; holdHTTP's retries may add some
 	shed := regexp.MustCompile(`(?m)^ratelimit_http_connections_shed_total\{port="http"\} [1-9]`)
 	if err != nil || code != http.StatusOK || !shed.MatchString(metrics) {
 		t.Errorf("metrics %d %v:\n%s", code, err, grepLines(metrics, "ratelimit_http"))

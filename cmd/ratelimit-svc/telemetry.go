@@ -55,7 +55,7 @@ func (t *telemetry) shutdown() { _ = t.provider.Shutdown(context.Background()) }
 // (nil when off).
 func (t *telemetry) observeShed(http, debug *connLimiter) error {
 	shed, err := t.provider.Meter("ratelimit-svc").Int64ObservableCounter("ratelimit_http_connections_shed",
-		metric.WithDescription("HTTP connections closed at once because the port held its maximum, by port (http, debug)."))
+		metric.WithDescription("HTTP connections closed because the port held its maximum, by port (http, debug): new ones, and held ones in no handler that gave way to them."))
 	if err != nil {
 		return err
 	}

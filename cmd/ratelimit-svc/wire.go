@@ -166,9 +166,11 @@ func (a *app) listen() error {
 	a.log.Info("HTTP connections capped", "max_conns", a.httpConns.Cap(), "requested", cfg.HTTPMaxConns,
 		"from", cfg.src("http-max-conns"), "rlimit_nofile", nofile)
 	a.httpLis = a.httpConns.wrap(a.httpLis)
+	a.http.ConnState = a.httpConns.track
 	if a.promLis != nil {
 		a.promLis = a.httpConns.wrap(a.promLis)
 		a.prom = cfg.httpServer(a.metricsRoutes(), cfg.HTTPWriteTimeout)
+		a.prom.ConnState = a.httpConns.track
 	}
 	if cfg.DebugAddr == "" {
 		return nil
@@ -181,6 +183,7 @@ func (a *app) listen() error {
 	a.debugConns = newConnLimiter(cfg.DebugMaxConns)
 	a.debugLis = a.debugConns.wrap(l)
 	a.debug = cfg.httpServer(a.debugRoutes(), cfg.DebugWriteTimeout)
+	a.debug.ConnState = a.debugConns.track
 	return nil
 }
 
