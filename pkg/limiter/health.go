@@ -35,7 +35,10 @@ func (e *engine) watchHealth(now int64) {
 			o.since = e.started
 		}
 	case !healthy && !o.warned:
-		if e.degraded(&Rule{}, now) || e.stats.modes[ModeDegraded].Load() > o.decisions {
+		// Soon after a return, the keys still settling decide in degraded
+		// mode: only the default CacheTTL tells a new outage from a flap.
+		flap := now-e.backAt.Load() < int64(outageFlaps)
+		if e.degraded(&Rule{}, now) || !flap && e.stats.modes[ModeDegraded].Load() > o.decisions {
 			o.warned = true
 			e.log.Warn("store unreachable: shared rules are decided without it, each replica enforcing "+
 				"its part of the limit (fail-static) or admitting all (fail-open); admits are pushed when it is back",
