@@ -20,20 +20,20 @@ import (
 // request comes from the HTTP servers' ConnState hook (track). Make one
 // with newConnLimiter; it is safe for concurrent use.
 type connLimiter struct {
-	slots chan struct{}
-	shed  atomic.Int64
+	max  int
+	shed atomic.Int64
 
 	mu    sync.Mutex
-	held  map[*limitedConn]struct{}
-	order uint64 // accept order of the last connection
+	held  map[*limitedConn]struct{} // one per slot taken
+	order uint64                    // accept order of the last connection
 }
 
 func newConnLimiter(n int) *connLimiter {
-	return &connLimiter{slots: make(chan struct{}, n), held: make(map[*limitedConn]struct{}, n)}
+	return &connLimiter{max: n, held: make(map[*limitedConn]struct{}, n)}
 }
 
 // Cap is the number of connections held at most.
-func (l *connLimiter) Cap() int { return cap(l.slots) }
+func (l *connLimiter) Cap() int { return l.max }
 
 // Shed counts the connections closed because the cap was reached: new
 // ones refused and held ones that gave way.
@@ -60,33 +60,33 @@ func (l *connLimiter) track(c net.Conn, s http.ConnState) {
 }
 
 // admit takes a slot for c, making room by closing the oldest held
-// connection that serves no request; false when there is none.
+// connection that serves no request; false when there is none. Counting
+// and choosing happen under one lock, so a connection that closes by
+// itself meanwhile never makes another give way for nothing.
 func (l *connLimiter) admit(c net.Conn) (*limitedConn, bool) {
-	for {
-		select {
-		case l.slots <- struct{}{}:
-			l.mu.Lock()
-			defer l.mu.Unlock()
-			l.order++
-			lc := &limitedConn{Conn: c, lim: l, order: l.order}
-			l.held[lc] = struct{}{}
-			return lc, true
-		default:
-		}
-		old := l.oldestIdle()
-		if old == nil {
+	l.mu.Lock()
+	var old *limitedConn
+	if len(l.held) >= l.max {
+		if old = l.oldestIdle(); old == nil {
+			l.mu.Unlock()
 			return nil, false
 		}
-		l.shed.Add(1)
-		old.Close() // gives its slot back
+		delete(l.held, old) // its slot is c's now
 	}
+	l.order++
+	lc := &limitedConn{Conn: c, lim: l, order: l.order}
+	l.held[lc] = struct{}{}
+	l.mu.Unlock()
+	if old != nil {
+		l.shed.Add(1)
+		old.Close()
+	}
+	return lc, true
 }
 
 // oldestIdle is the held connection accepted first of those serving no
-// request, or nil.
+// request, or nil. l.mu is held.
 func (l *connLimiter) oldestIdle() *limitedConn {
-	l.mu.Lock()
-	defer l.mu.Unlock()
 	var old *limitedConn
 	for c := range l.held {
 		if !c.busy.Load() && (old == nil || c.order < old.order) {
@@ -118,19 +118,15 @@ func (l *limitedListener) Accept() (net.Conn, error) {
 
 type limitedConn struct {
 	net.Conn
-	lim     *connLimiter
-	order   uint64
-	busy    atomic.Bool // serving a request (connLimiter.track)
-	release sync.Once
+	lim   *connLimiter
+	order uint64
+	busy  atomic.Bool // serving a request (connLimiter.track)
 }
 
 func (c *limitedConn) Close() error {
 	err := c.Conn.Close()
-	c.release.Do(func() {
-		c.lim.mu.Lock()
-		delete(c.lim.held, c)
-		c.lim.mu.Unlock()
-		<-c.lim.slots
-	})
+	c.lim.mu.Lock()
+	delete(c.lim.held, c) // a no-op once done, or for one that gave way
+	c.lim.mu.Unlock()
 	return err
 }

@@ -5,6 +5,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"sync/atomic"
 	"testing"
 	"time"
 )
@@ -129,4 +130,33 @@ func TestConnLimiterKeepsRequests(t *testing.T) {
 func isReset(err error) bool {
 	var op *net.OpError
 	return errors.As(err, &op)
+}
+
+// closeFlag is a net.Conn that records whether it was closed.
+type closeFlag struct {
+	net.Conn
+	closed atomic.Bool
+}
+
+func (c *closeFlag) Close() error { c.closed.Store(true); return nil }
+
+// A held connection that closes by itself while a new one is admitted
+// at the cap makes room for it: no other connection gives way. (The
+// server's closing of a client's dropped connection races with Accept.)
+func TestConnLimiterNoNeedlessEviction(t *testing.T) {
+	for i := range 20000 {
+		lim := newConnLimiter(2)
+		a, _ := lim.admit(&closeFlag{})
+		bc := &closeFlag{}
+		lim.admit(bc)
+		done := make(chan struct{})
+		go func() { a.Close(); close(done) }()
+		if _, ok := lim.admit(&closeFlag{}); !ok {
+			t.Fatalf("round %d: the new connection was shed with an idle one held", i)
+		}
+		<-done
+		if bc.closed.Load() {
+			t.Fatalf("round %d: the second connection gave way though the first closed by itself", i)
+		}
+	}
 }
