@@ -18,7 +18,7 @@ type contention struct {
 }
 
 // readContention reads the keys published since the last read; this
-// replica releases its share of each in the epoch it read it in.
+// replica releases its share of each in the epoch it was published in.
 func (e *engine) readContention(ctx context.Context) {
 	ctx, cancel := context.WithTimeout(ctx, roundTimeout)
 	defer cancel()
@@ -63,13 +63,21 @@ func (e *engine) followFeed(ctx context.Context, fw FeedWaiter) {
 	}
 }
 
-// contendAll notes the keys of cs as contended in the epoch this replica
-// reckons now.
+// contendAll notes the keys of cs as contended in the epoch they were
+// published in (or, for an entry that does not say, the one this replica
+// reckons now). A key contended just before a boundary and read after it
+// is not released: the new epoch's shares are not the ones its waiter
+// needed, and giving them up would send this replica's own requests of
+// the new window to the store.
 func (e *engine) contendAll(cs []Contended) {
 	snow := e.storeNow(e.now())
 	for _, c := range cs {
 		if len(c.Windows) == 1 && c.Algorithm == FixedWindow && c.Windows[0].Period >= time.Microsecond {
-			e.contend(c, snow/int64(c.Windows[0].Period/time.Microsecond))
+			at := snow
+			if c.At > 0 {
+				at = c.At
+			}
+			e.contend(c, at/int64(c.Windows[0].Period/time.Microsecond))
 		}
 	}
 }

@@ -67,9 +67,10 @@
 // no share of an epoch that began less than a lease after it joined, and
 // a replica that left stays counted for the epochs it was live in, so no
 // share grows within an epoch. When requests on one replica wait for
-// budget other replicas hold as shares, the store publishes the key; the
-// others release their share of it, epoch by epoch, while it stays
-// contended, and the key is shared by credit alone. Sliding windows,
+// budget other replicas hold as shares, the store publishes the key with
+// the instant it found it contended; the others release their share of
+// that instant's epoch (not of a later one they read it in), epoch by
+// epoch while it stays contended, and the key is shared by credit alone. Sliding windows,
 // token buckets and rules of several windows are shared by credit alone.
 //
 // A store that loses its state (Redis restarted without persistence, or

@@ -311,3 +311,41 @@ func TestRunReturnsASpikesMemory(t *testing.T) {
 		<-done
 	})
 }
+
+// TestContentionReleasesItsEpoch: a key published contended is released
+// from the share of the epoch it was published in (Contended.At); one
+// published just before a boundary and read after it keeps the new
+// epoch's share, which its waiter does not need and this replica's own
+// requests of the new window would otherwise have to ask the store for.
+func TestContentionReleasesItsEpoch(t *testing.T) {
+	const sec = int64(time.Second / time.Microsecond)
+	for _, tt := range []struct {
+		name    string
+		at      int64 // publication instant, µs before now
+		release bool
+	}{
+		{"published in this epoch", 100_000, true},
+		{"published in the last epoch", 600_000, false},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			l := New(WithStore(nopStore{}, "r"))
+			snow := 1_000_000*sec + sec/2 // mid-epoch, store µs (offset 0)
+			now := snow * 1000
+			l.eng.joined.Store(1)
+			two := Membership{Members: []Member{{Joined: 1, Expires: 2 * snow}, {Joined: 1, Expires: 2 * snow}}}
+			l.eng.members.Store(&memberView{m: two, at: now})
+			rule := &Rule{Algorithm: FixedWindow, Windows: []Window{{Limit: 10, Period: time.Second}}}
+			cs := l.eng.creditFor([]byte("k"), rule, now)
+			if cs.share == nil {
+				t.Fatal("no static share")
+			}
+			l.eng.contendAll([]Contended{{Key: "k", Windows: rule.Windows, Replica: "other", At: snow - tt.at}})
+			if items := l.eng.releases(now); len(items) != 0 {
+				t.Fatalf("release items for a key this replica holds: %+v", items)
+			}
+			if got := cs.share.release.Load(); got != tt.release {
+				t.Fatalf("share release asked: %v, want %v", got, tt.release)
+			}
+		})
+	}
+}

@@ -244,6 +244,11 @@ type Contended struct {
 	Windows   []Window
 	// Replica is the replica that needs it.
 	Replica string
+	// At is the store instant (µs) the key was found contended
+	// (SyncResult.Now): the other replicas release their shares of the
+	// epoch that contains it, not of one that began before they read it.
+	// Zero for an entry that does not say: the reader's reckoning of now.
+	At int64
 }
 
 // SlotItem is one concurrency key's part of a sync round.

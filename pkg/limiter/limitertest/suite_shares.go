@@ -281,8 +281,9 @@ func testMembers(t *testing.T, st limiter.Store) {
 }
 
 // testContention: a contended sync publishes its key to the other
-// replicas; a reader never sees its own entries, and the empty cursor
-// reads from now on.
+// replicas, stamped with the store instant of the sync (the epoch whose
+// shares they release); a reader never sees its own entries, and the
+// empty cursor reads from now on.
 func testContention(t *testing.T, st limiter.Store) {
 	read := func(replica, cursor string) ([]limiter.Contended, string) {
 		t.Helper()
@@ -297,7 +298,8 @@ func testContention(t *testing.T, st limiter.Store) {
 		ok := len(got) == len(want)
 		for i := 0; ok && i < len(got); i++ {
 			g, w := got[i], want[i]
-			ok = g.Key == w.Key && g.Algorithm == w.Algorithm && g.Replica == w.Replica && slices.Equal(g.Windows, w.Windows)
+			ok = g.Key == w.Key && g.Algorithm == w.Algorithm && g.Replica == w.Replica && slices.Equal(g.Windows, w.Windows) &&
+				(g.At == w.At || w.At == 0 && g.At > 0)
 		}
 		if !ok {
 			t.Fatalf("%s: %+v, want %+v", what, got, want)
@@ -315,13 +317,15 @@ func testContention(t *testing.T, st limiter.Store) {
 
 	s := shared("s", mw, 7, 2, me)
 	s.Waiting = 1
-	expect(t, "a's sync of s contended", sync1(t, st, "a", s).Contended, true)
-	expect(t, "b's sync of k contended", sync1(t, st, "b", k).Contended, true)
+	as := sync1(t, st, "a", s)
+	expect(t, "a's sync of s contended", as.Contended, true)
+	bk := sync1(t, st, "b", k)
+	expect(t, "b's sync of k contended", bk.Contended, true)
 	expect(t, "c's sync uncontended", sync1(t, st, "c", item("u", fixed(10, time.Hour), 1)).Contended, false)
 	got, bc := read("b", bc)
-	same("b reads a's entry, not its own", got, limiter.Contended{Key: "s", Windows: s.Windows, Replica: "a"})
+	same("b reads a's entry, not its own", got, limiter.Contended{Key: "s", Windows: s.Windows, Replica: "a", At: as.Now})
 	got, _ = read("a", ac)
-	same("a reads b's entry", got, limiter.Contended{Key: "k", Windows: k.Windows, Replica: "b"})
+	same("a reads b's entry", got, limiter.Contended{Key: "k", Windows: k.Windows, Replica: "b", At: bk.Now})
 	got, bc = read("b", bc)
 	same("b's read with nothing new", got)
 

@@ -15,7 +15,8 @@ import (
 
 // The contention feed is a stream of the service's (one key, on one node
 // of a Cluster): one entry per contended item, holding its key,
-// algorithm, windows and the replica that needs it.
+// algorithm, windows, the replica that needs it and the store instant it
+// was found contended.
 const (
 	// feedLen is how many entries the feed keeps, at least (MAXLEN ~).
 	feedLen = 1024
@@ -46,6 +47,7 @@ func (s *Store) publish(ctx context.Context, replica string, items []limiter.Syn
 		it := &items[i]
 		pipe.XAdd(ctx, &redis.XAddArgs{Stream: key, MaxLen: feedLen, Approx: true, Values: []any{
 			"key", it.Key, "algorithm", int(it.Algorithm), "windows", encodeWindows(it.Windows), "replica", replica,
+			"at", out[i].Now,
 		}})
 	}
 	if pipe == nil {
@@ -175,7 +177,13 @@ func decodeContended(v map[string]any) (limiter.Contended, error) {
 	if err != nil {
 		return c, err
 	}
-	return limiter.Contended{Key: key, Algorithm: limiter.Algorithm(a), Windows: ws, Replica: replica}, nil
+	var at int64
+	if s, ok := v["at"].(string); ok { // absent from entries of older replicas
+		if at, err = strconv.ParseInt(s, 10, 64); err != nil {
+			return c, fmt.Errorf("at %q", s)
+		}
+	}
+	return limiter.Contended{Key: key, Algorithm: limiter.Algorithm(a), Windows: ws, Replica: replica, At: at}, nil
 }
 
 var _ limiter.FeedWaiter = (*Store)(nil)
