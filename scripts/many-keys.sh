@@ -8,7 +8,9 @@
 # comes near its limit, so every OVER_LIMIT is a wrong answer. Per replica
 # count: throughput against the floor, latency, OVER_LIMIT, decisions by
 # mode (the replicas' ratelimit_decisions_total), Redis commands and Redis
-# CPU per 100k decisions.
+# CPU per 100k decisions. Beside the floor of one no-op RLS, each replica
+# count has the floor of as many no-op servers, round-robin alike: the
+# cost of N processes sharing the machine's cores, apart from the engine.
 # Workload B: 4 replicas, 1 000 keys zipf={k} (10/second each) drawn from
 # a Zipf law (s = 1.1, key 0 the most popular), C callers in a closed loop
 # for D: the hot keys are far over their limit, the tail far under it.
@@ -59,9 +61,9 @@ descriptors:
     rate_limit: {unit: second, requests_per_unit: 10}
 EOF
 
-# Ten free loopback ports: Redis, the floor, then gRPC and HTTP of each
-# of four replicas.
-read -r -a ports < <(free_ports 10)
+# Thirteen free loopback ports: Redis, the floor, gRPC and HTTP of each
+# of four replicas, then three more no-op servers.
+read -r -a ports < <(free_ports 13)
 rport=${ports[0]}
 noop=127.0.0.1:${ports[1]}
 grpc_addr() { echo "127.0.0.1:${ports[$((2 + 2 * $1))]}"; }
@@ -72,9 +74,23 @@ rcli() { redis-cli -h 127.0.0.1 -p "$rport" "$@"; }
 redis-server --port "$rport" --bind 127.0.0.1 --save '' --appendonly no >"$work/redis.log" 2>&1 &
 pids+=($!)
 wait_port "$rport" $!
+noops=("$noop") # the no-op servers: the floor, then three more
+noop_pids=()
 "$work/rlsbench" serve-noop -addr "$noop" >"$work/noop.log" 2>&1 &
 pids+=($!)
+noop_pids+=($!)
 wait_port "${noop#*:}" $!
+if [ "${ONLY:-}" != B ]; then
+  for i in 10 11 12; do
+    noops+=("127.0.0.1:${ports[$i]}")
+    "$work/rlsbench" serve-noop -addr "127.0.0.1:${ports[$i]}" >>"$work/noop.log" 2>&1 &
+    pids+=($!)
+    noop_pids+=($!)
+    wait_port "${ports[$i]}" $!
+  done
+fi
+noop_addrs() { (IFS=,; echo "${noops[*]:0:$1}"); }
+noop_pid_list() { (IFS=,; echo "${noop_pids[*]:0:$1}"); }
 
 start_replicas() { # count: starts that many on a flushed Redis
   rcli flushall >/dev/null
@@ -186,24 +202,39 @@ def tables(rows_file, duration, keys, c, zkeys, zipf):
     rows = [json.loads(l) for l in open(rows_file)]
     floor = next((r["report"] for r in rows if r["name"] == "floor"), None)
     a = [r for r in rows if r["name"].startswith("A")]
+    floors = {r["name"][1:]: r["report"] for r in rows if r["name"].startswith("F")}
+    if floor:
+        floors["1"] = floor
     b = [r for r in rows if r["name"] == "B"]
     print(f"## A: {fmt(keys)} keys `user={{k}}` at 100/minute each, c={c} closed loop, {duration} per run")
     print()
     print("Keys in turn, requests round-robin over the replicas: no key comes near its limit,")
-    print("so every OVER_LIMIT is wrong. × floor is to the no-op RLS, same workload, same run.")
+    print("so every OVER_LIMIT is wrong. × floor is to the no-op RLS, same workload, same run;")
+    print("× N no-ops to as many no-op servers as replicas, round-robin alike (their CPU in the last column).")
     print()
-    print("| replicas | req/s | × floor | p50 µs | p99 µs | errors | OVER_LIMIT | OVER_LIMIT from +1 s | keys denied under limit | replicas' CPU ms /100k |")
-    print("|---|---|---|---|---|---|---|---|---|---|")
+    print("| replicas | req/s | × floor | × N no-ops | p50 µs | p99 µs | errors | OVER_LIMIT | OVER_LIMIT from +1 s | keys denied under limit | replicas' CPU ms /100k | N no-ops' CPU ms /100k |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|")
+    def cpu_of(d):
+        return sum(u.get("cpu_seconds_per_100k_requests", 0) for u in d.get("cpu") or [] if u.get("label") != "rlsbench") * 1000
     for r in ([{"name": "floor", "report": floor}] if floor else []) + a:
         d = r["report"]
         n = "no-op floor" if r["name"] == "floor" else r["name"][1:]
         ratio = d["throughput_rps"] / floor["throughput_rps"] if floor and floor["throughput_rps"] else float("nan")
+        fn = floors.get(n) if r["name"] != "floor" else None
+        ratio_n = f'{d["throughput_rps"] / fn["throughput_rps"]:.2f}' if fn and fn["throughput_rps"] else "–"
+        cpu_n = f"{cpu_of(fn):.0f}" if fn and cpu_of(fn) else "–"
+        if r["name"] == "floor":
+            cpu_n = f"{cpu_of(d):.0f}" if cpu_of(d) else "–"
         late = sum(s["over_limit"] for s in d["accuracy"]["seconds"] if s["offset"] >= 1)
         lim = d["accuracy"].get("limit") or {}
-        cpu = sum(u.get("cpu_seconds_per_100k_requests", 0) for u in d["cpu"] if u.get("label") != "rlsbench") * 1000
-        cpu = f"{cpu:.0f}" if r["name"] != "floor" else "–"
-        print(f'| {n} | {fmt(d["throughput_rps"])} | {ratio:.2f} | {d["latency_us"]["p50"]:.0f} | {d["latency_us"]["p99"]:.0f} '
-              f'| {d["errors"]} | {d["over_limit"]} | {late} | {lim.get("keys_denied_under_limit", "–")} | {cpu} |')
+        cpu = f"{cpu_of(d):.0f}" if r["name"] != "floor" else "–"
+        print(f'| {n} | {fmt(d["throughput_rps"])} | {ratio:.2f} | {ratio_n} | {d["latency_us"]["p50"]:.0f} | {d["latency_us"]["p99"]:.0f} '
+              f'| {d["errors"]} | {d["over_limit"]} | {late} | {lim.get("keys_denied_under_limit", "–")} | {cpu} | {cpu_n} |')
+    for k in sorted(floors):
+        if k != "1":
+            f = floors[k]
+            print(f'| {k} no-ops | {fmt(f["throughput_rps"])} | {f["throughput_rps"] / floor["throughput_rps"]:.2f} | 1.00 | {f["latency_us"]["p50"]:.0f} '
+                  f'| {f["latency_us"]["p99"]:.0f} | {f["errors"]} | – | – | – | – | {cpu_of(f):.0f} |')
     print()
     print("Redis, per replica count: commands are INFO commandstats calls over the run, those the replicas sent")
     print("(EVALSHA and the like) and all of them (with those the scripts ran inside Redis); CPU is Redis's")
@@ -270,10 +301,14 @@ bench() { # out.json rlsbench-args...: a non-zero exit (no answers) still leaves
 }
 
 : >"$work/rows"
-[ "${ONLY:-}" = B ] || bench "$work/floor.json" -addr "$noop" -descriptor 'user={k}' -keys "$KEYS" -limit 100 -per minute
+[ "${ONLY:-}" = B ] || bench "$work/floor.json" -addr "$noop" -pids "$(noop_pid_list 1)" -descriptor 'user={k}' -keys "$KEYS" -limit 100 -per minute
 [ "${ONLY:-}" = B ] || python3 "$work/mk.py" row floor "$work/floor.json" >>"$work/rows"
 for R in ${REPLICAS:-1 2 4}; do
   [ "${ONLY:-}" = B ] && break
+  if [ "$R" -gt 1 ]; then
+    bench "$work/f$R.json" -addr "$(noop_addrs "$R")" -pids "$(noop_pid_list "$R")" -descriptor 'user={k}' -keys "$KEYS" -limit 100 -per minute
+    python3 "$work/mk.py" row "F$R" "$work/f$R.json" >>"$work/rows"
+  fi
   start_replicas "$R"
   warm_up 60
   snapshot "before$R" "$R"
