@@ -1,0 +1,37 @@
+package limiter
+
+import (
+	"strconv"
+	"testing"
+	"time"
+)
+
+// BenchmarkNewShareKey is a key's first request on a replica that holds
+// static shares: the cost of a key in workload A of scripts/many-keys.sh,
+// where most requests are a key's first on its replica. The live keys
+// stay in the table, as they do there, for the garbage collector to scan.
+func BenchmarkNewShareKey(b *testing.B) {
+	l := New(WithStore(nopStore{}, "r"))
+	now := l.now()
+	l.eng.joined.Store(1)
+	far := now/1000 + int64(time.Hour/time.Microsecond)
+	two := Membership{Members: []Member{{Joined: 1, Expires: far}, {Joined: 1, Expires: far}}}
+	l.eng.members.Store(&memberView{m: two, at: now})
+	rule := &Rule{Algorithm: FixedWindow, Windows: []Window{{Limit: 100, Period: time.Minute}}}
+	req := []Request{{Rule: rule}}
+	out := make([]Result, 1)
+	keys := make([][]byte, 0, 1<<20)
+	i := 0
+	b.ReportAllocs()
+	for b.Loop() {
+		if i == len(keys) {
+			keys = append(keys, []byte("user="+strconv.Itoa(i)+"|"+rule.Fingerprint()))
+		}
+		req[0].Key = keys[i]
+		i++
+		if ok, _ := l.Decide(req, out); !ok || out[0].Mode != ModeLocal {
+			b.Fatalf("key %d: %v %v, want admitted locally", i, ok, out[0].Mode)
+		}
+	}
+	b.ReportMetric(float64(l.keys.size.Load()), "keys")
+}
