@@ -274,6 +274,12 @@ def tables(rows_file, duration, keys, c, zkeys, zipf):
               f'| {lim["keys_offered_over_limit"]} | {lim["keys_over_limit"]} | {lim["keys_surely_over"]} | {lim["key_windows_over_limit"]} | {lim["admitted_over_limit"]} '
               f'| {lim["keys_denied_under_limit"]} | {lim["keys_surely_denied_under"]} | {lim["key_windows_surely_denied_under"]} | {lim["surely_denied_under"]} '
               f'| {lim["max_admitted"]} ({lim["max_key"]}) |')
+        by = lim.get("surely_denied_under_by_latency")
+        if lim["surely_denied_under"] and by:
+            print()
+            print(f"Answers surely denied under the limit, by latency (a decision made without waiting takes under 5 ms; "
+                  f"one that waited out StoreTimeout + 90 ms takes 100 ms or more): {by[0]} under 5 ms, {by[1]} from 5 to 100 ms, "
+                  f"{by[2]} at 100 ms or more.")
         if lim.get("surely_over_key"):
             print()
             print(f'Surely over: the first, {lim["surely_over_key"]} admitted {lim["surely_over_admitted"]} '

@@ -53,6 +53,9 @@ type limitReport struct {
 	KeysSurelyDeniedUnder       int    `json:"keys_surely_denied_under"`
 	KeyWindowsSurelyDeniedUnder uint64 `json:"key_windows_surely_denied_under"`
 	SurelyDeniedUnder           uint64 `json:"surely_denied_under"`
+	// Those answers by latency: under 5 ms, 5–100 ms, 100 ms or more
+	// (deniedLatencyBounds).
+	SurelyDeniedUnderByLatency [len(deniedLatencyBounds) + 1]uint64 `json:"surely_denied_under_by_latency"`
 	// The first key-window surely over the limit (the earliest window,
 	// then the lowest key), and how many it surely admitted; index -1:
 	// none.
@@ -155,6 +158,9 @@ func (c *limitCheck) checkSure(w int64, k int, kc keyCount) {
 		c.surelyDenied[k] = struct{}{}
 		r.KeyWindowsSurelyDeniedUnder++
 		r.SurelyDeniedUnder += kc.sureDenied
+		for i, n := range kc.sureDeniedBy {
+			r.SurelyDeniedUnderByLatency[i] += n
+		}
 	}
 }
 

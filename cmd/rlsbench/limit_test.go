@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"strings"
 	"testing"
+	"time"
 
 	ratelimitv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 )
@@ -11,7 +12,7 @@ import (
 // addN counts n requests of key in second sec with outcome o.
 func addN(l *localTally, sec int64, key int, o outcome, n int) {
 	for range n {
-		l.add(sec, sec, key, o)
+		l.add(sec, sec, 0, key, o)
 	}
 }
 
@@ -32,14 +33,15 @@ func TestLimitPerSecond(t *testing.T) {
 	// Key 1: 3 admitted in second 100 over both workers: over the limit.
 	addN(w0, 100, 1, admitted, 2)
 	addN(w1, 100, 1, admitted, 1)
-	// Key 2: sent 2, one denied: denied under the limit.
-	w0.add(100, 100, 2, admitted)
-	w1.add(100, 100, 2, denied)
+	// Key 2: sent 2, one denied after 120 ms (a waiter): denied under
+	// the limit.
+	w0.add(100, 100, 0, 2, admitted)
+	w1.add(100, 100, 120*time.Millisecond, 2, denied)
 	// Key 3: sent 3, 2 admitted and 1 denied: right.
 	addN(w0, 100, 3, admitted, 2)
-	w0.add(100, 100, 3, denied)
+	w0.add(100, 100, 0, 3, denied)
 	// Key 4: a failed call is no denial.
-	w1.add(100, 100, 4, failed)
+	w1.add(100, 100, 0, 4, failed)
 	// Second 101: key 1 admitted 2 (right), key 2 denied twice of 2 sent.
 	addN(w0, 101, 1, admitted, 2)
 	addN(w1, 101, 2, denied, 2)
@@ -57,7 +59,8 @@ func TestLimitPerSecond(t *testing.T) {
 		// Every answer came in the second it was sent in: all is sure.
 		KeysSurelyOver: 2, KeyWindowsSurelyOver: 2, SurelyAdmittedOver: 2,
 		KeysSurelyDeniedUnder: 1, KeyWindowsSurelyDeniedUnder: 2, SurelyDeniedUnder: 3,
-		SurelyOverKeyIndex: 1, SurelyOverWindow: 100, SurelyOverAdmitted: 3,
+		SurelyDeniedUnderByLatency: [3]uint64{2, 0, 1},
+		SurelyOverKeyIndex:         1, SurelyOverWindow: 100, SurelyOverAdmitted: 3,
 		MaxAdmitted: 3, MaxKeyIndex: 1, MaxWindowUnix: 100,
 	}
 	wantLimit(t, a, want)
@@ -75,7 +78,7 @@ func TestLimitPerMinute(t *testing.T) {
 	// Key 5: sent 4 in window 60, one denied: right, it was sent over 3.
 	addN(w, 118, 5, admitted, 2)
 	addN(w, 119, 5, admitted, 1)
-	w.add(119, 119, 5, denied)
+	w.add(119, 119, 0, 5, denied)
 	// Key 6: sent 3 in window 60, all admitted.
 	addN(w, 119, 6, admitted, 3)
 
@@ -85,7 +88,7 @@ func TestLimitPerMinute(t *testing.T) {
 	}
 	addN(w, 121, 1, admitted, 2)
 	// Key 6: denied once in window 120, sent 1 there.
-	w.add(150, 150, 6, denied)
+	w.add(150, 150, 0, 6, denied)
 	w.done()
 	a.result()
 
@@ -96,7 +99,8 @@ func TestLimitPerMinute(t *testing.T) {
 		KeysDeniedUnderLimit: 1, KeyWindowsDeniedUnderLimit: 1, DeniedUnderLimit: 1,
 		KeysSurelyOver: 1, KeyWindowsSurelyOver: 1, SurelyAdmittedOver: 1,
 		KeysSurelyDeniedUnder: 1, KeyWindowsSurelyDeniedUnder: 1, SurelyDeniedUnder: 1,
-		SurelyOverKeyIndex: 1, SurelyOverWindow: 120, SurelyOverAdmitted: 4,
+		SurelyDeniedUnderByLatency: [3]uint64{1, 0, 0},
+		SurelyOverKeyIndex:         1, SurelyOverWindow: 120, SurelyOverAdmitted: 4,
 		MaxAdmitted: 4, MaxKeyIndex: 1, MaxWindowUnix: 120,
 	}
 	wantLimit(t, a, want)
@@ -112,18 +116,18 @@ func TestLimitLateAnswers(t *testing.T) {
 	// Key 1: 2 admitted in second 100, and 1 sent in 100 admitted in 101
 	// (decided in 101, say): by send time 3 in 100, surely only 2.
 	addN(w, 100, 1, admitted, 2)
-	w.add(100, 101, 1, admitted)
+	w.add(100, 101, 0, 1, admitted)
 	// Key 2: 1 sent in 100 answered in 102, 2 sent in 101 and one of
 	// them denied: window 101 may have seen 3, so the denial is not
 	// surely wrong. Key 3: 1 sent and denied in 102, and 1 more sent in
 	// 101 answered in 102: window 102 saw at most 2, surely wrong.
-	w.add(100, 102, 2, admitted)
+	w.add(100, 102, 0, 2, admitted)
 	addN(w, 101, 2, admitted, 1)
-	w.add(101, 101, 2, denied)
-	w.add(101, 102, 3, admitted)
+	w.add(101, 101, 0, 2, denied)
+	w.add(101, 102, 0, 3, admitted)
 	// Key 4: 3 admitted in 101, all answered in it: surely over.
 	addN(w, 101, 4, admitted, 3)
-	w.add(102, 102, 3, denied)
+	w.add(102, 102, 0, 3, denied)
 	w.done()
 	a.result()
 
@@ -134,7 +138,8 @@ func TestLimitLateAnswers(t *testing.T) {
 		KeysDeniedUnderLimit: 2, KeyWindowsDeniedUnderLimit: 2, DeniedUnderLimit: 2,
 		KeysSurelyOver: 1, KeyWindowsSurelyOver: 1, SurelyAdmittedOver: 1,
 		KeysSurelyDeniedUnder: 1, KeyWindowsSurelyDeniedUnder: 1, SurelyDeniedUnder: 1,
-		SurelyOverKeyIndex: 4, SurelyOverWindow: 101, SurelyOverAdmitted: 3,
+		SurelyDeniedUnderByLatency: [3]uint64{1, 0, 0},
+		SurelyOverKeyIndex:         4, SurelyOverWindow: 101, SurelyOverAdmitted: 3,
 		MaxAdmitted: 3, MaxKeyIndex: 1, MaxWindowUnix: 100,
 	}
 	wantLimit(t, a, want)
@@ -259,7 +264,7 @@ func TestLimitJSONSchema(t *testing.T) {
 		"key_windows", "keys_offered_over_limit", "keys_over_limit", "key_windows_over_limit", "admitted_over_limit",
 		"keys_denied_under_limit", "key_windows_denied_under_limit", "denied_under_limit",
 		"keys_surely_over", "key_windows_surely_over", "surely_admitted_over",
-		"keys_surely_denied_under", "key_windows_surely_denied_under", "surely_denied_under",
+		"keys_surely_denied_under", "key_windows_surely_denied_under", "surely_denied_under", "surely_denied_under_by_latency",
 		"surely_over_key_index", "surely_over_window_unix", "surely_over_admitted",
 		"max_admitted", "max_key", "max_key_index", "max_window_unix")
 }

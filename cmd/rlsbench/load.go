@@ -198,7 +198,7 @@ func (l *loader) send(w *worker, i int64, due time.Time) {
 		due = sent
 	}
 	o := w.record(addr, end.Sub(due), len(req.GetDescriptors()), resp, err)
-	w.tally.add(l.clock.second(sent), l.clock.second(end), key, o)
+	w.tally.add(l.clock.second(sent), l.clock.second(end), end.Sub(sent), key, o)
 }
 
 // record counts one answer and returns its outcome. Like Envoy, it takes

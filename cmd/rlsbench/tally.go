@@ -36,6 +36,24 @@ type keyCount struct {
 	offered, admitted, denied uint64
 	sureAdmitted, sureDenied  uint64
 	reach                     uint64
+	// sureDeniedBy counts the sure denials by how long they took
+	// (deniedLatencyBounds): what kind of decision they were.
+	sureDeniedBy [len(deniedLatencyBounds) + 1]uint64
+}
+
+// deniedLatencyBounds cut the sure denials by their latency: under 5 ms a
+// replica decided without waiting on its store; from 100 ms on a request
+// waited past its StoreTimeout (10 ms) and the 90 ms more a replica waits
+// for a late round or for other replicas' releases.
+var deniedLatencyBounds = [...]time.Duration{5 * time.Millisecond, 100 * time.Millisecond}
+
+// latencyBucket is the index in keyCount.sureDeniedBy of latency d.
+func latencyBucket(d time.Duration) int {
+	i := 0
+	for i < len(deniedLatencyBounds) && d >= deniedLatencyBounds[i] {
+		i++
+	}
+	return i
 }
 
 func (c *keyCount) addCount(o keyCount) {
@@ -45,6 +63,9 @@ func (c *keyCount) addCount(o keyCount) {
 	c.sureAdmitted += o.sureAdmitted
 	c.sureDenied += o.sureDenied
 	c.reach += o.reach
+	for i, n := range o.sureDeniedBy {
+		c.sureDeniedBy[i] += n
+	}
 }
 
 // secondRow is the final tally of one second.
@@ -101,8 +122,9 @@ func (a *accuracy) checkLimit(limit uint64, window int64) {
 }
 
 // add counts one request for key sent in Unix second sec and answered in
-// second end. A worker's seconds must not decrease.
-func (l *localTally) add(sec, end int64, key int, o outcome) {
+// second end, latency after it was sent. A worker's seconds must not
+// decrease.
+func (l *localTally) add(sec, end int64, latency time.Duration, key int, o outcome) {
 	if sec != l.second {
 		l.acc.merge(l.worker, l.second, l.keys, sec)
 		clear(l.keys)
@@ -122,6 +144,7 @@ func (l *localTally) add(sec, end int64, key int, o outcome) {
 		kc.denied++
 		if sw == ew {
 			kc.sureDenied++
+			kc.sureDeniedBy[latencyBucket(latency)]++
 		}
 	}
 	l.keys[key] = kc

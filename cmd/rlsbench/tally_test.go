@@ -13,23 +13,23 @@ func TestAccuracyTable(t *testing.T) {
 
 	// Second 100: key 1 offered 3 (2 admitted, 1 denied), key 2 offered 2
 	// (1 denied, 1 failed).
-	w0.add(100, 100, 1, admitted)
-	w0.add(100, 100, 1, denied)
-	w1.add(100, 100, 1, admitted)
-	w1.add(100, 100, 2, denied)
-	w1.add(100, 100, 2, failed)
+	w0.add(100, 100, 0, 1, admitted)
+	w0.add(100, 100, 0, 1, denied)
+	w1.add(100, 100, 0, 1, admitted)
+	w1.add(100, 100, 0, 2, denied)
+	w1.add(100, 100, 0, 2, failed)
 	// Second 101: key 2 admitted 3 times over both workers.
-	w0.add(101, 101, 2, admitted)
+	w0.add(101, 101, 0, 2, admitted)
 	if got := rowsNow(a); len(got) != 0 {
 		t.Fatalf("second 100 final while worker 1 may still add to it: %+v", got)
 	}
-	w1.add(101, 101, 2, admitted)
-	w1.add(101, 101, 2, admitted)
+	w1.add(101, 101, 0, 2, admitted)
+	w1.add(101, 101, 0, 2, admitted)
 	if got := rowsNow(a); len(got) != 1 || got[0].Unix != 100 {
 		t.Fatalf("after both workers moved on, final rows %+v, want second 100", got)
 	}
 	// Worker 1 skips to second 103; second 102 has no traffic.
-	w1.add(103, 103, 7, admitted)
+	w1.add(103, 103, 0, 7, admitted)
 	w0.done()
 	w1.done()
 
@@ -47,9 +47,9 @@ func TestAccuracyTiesPickLowestKey(t *testing.T) {
 	a := newAccuracy(5, 1)
 	w := a.local(0)
 	for _, k := range []int{9, 4, 6} {
-		w.add(5, 5, k, admitted)
+		w.add(5, 5, 0, k, admitted)
 	}
-	w.add(5, 5, 3, denied)
+	w.add(5, 5, 0, 3, denied)
 	w.done()
 	got := a.result()
 	if len(got) != 1 || got[0].MaxKey != 4 || got[0].MaxKeyAdmitted != 1 {
@@ -60,7 +60,7 @@ func TestAccuracyTiesPickLowestKey(t *testing.T) {
 func TestAccuracyNothingAdmitted(t *testing.T) {
 	a := newAccuracy(5, 1)
 	w := a.local(0)
-	w.add(5, 5, 3, denied)
+	w.add(5, 5, 0, 3, denied)
 	w.done()
 	got := a.result()
 	if len(got) != 1 || got[0].MaxKey != 3 || got[0].MaxKeyAdmitted != 0 {
@@ -82,7 +82,7 @@ func TestAccuracyConcurrentWorkers(t *testing.T) {
 					if k%2 == 0 {
 						o = admitted
 					}
-					w.add(s, s, k, o)
+					w.add(s, s, 0, k, o)
 				}
 			}
 		})
