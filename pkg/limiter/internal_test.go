@@ -379,3 +379,24 @@ func TestBoundaryHitsSetAside(t *testing.T) {
 		}
 	})
 }
+
+// TestWeightedPrevWindowAhead: a sliding window's state whose window
+// begins after now (a store clock that went back, a floor from a clock
+// ahead) counts all of its previous window, and a huge count saturates
+// rather than overflow (the reference store panicked in bits.Div64).
+func TestWeightedPrevWindowAhead(t *testing.T) {
+	w := Window{Limit: 10, Period: 1000}
+	for _, tt := range []struct {
+		name string
+		c    WindowState
+		want uint64
+	}{
+		{"half of prev inside", WindowState{Epoch: 5, Prev: 4}, 8},
+		{"window ahead: all of prev", WindowState{Epoch: 7, Prev: 4}, 6},
+		{"window ahead, huge prev", WindowState{Epoch: 7, Prev: 1 << 50}, 0},
+	} {
+		if got := tt.c.Remaining(w, SlidingWindow, 5_500); got != tt.want {
+			t.Errorf("%s: remaining %d, want %d", tt.name, got, tt.want)
+		}
+	}
+}

@@ -124,13 +124,18 @@ func (c WindowState) Remaining(w Window, a Algorithm, now int64) uint64 {
 }
 
 // weightedPrev is the previous window's count times the part of it still
-// inside the sliding window, rounded up. c must be rolled to now.
+// inside the sliding window, rounded up. c must be rolled to now. A state
+// whose window begins after now (a store clock that went back, or a floor
+// from a clock ahead) has all of the previous window inside.
 func (c WindowState) weightedPrev(w Window, now int64) uint64 {
 	if c.Prev == 0 {
 		return 0
 	}
 	p := uint64(w.Period)
-	left := p - uint64(now-c.Epoch*int64(w.Period)) // ns of prev still inside
+	left := p // ns of prev still inside
+	if e := now - c.Epoch*int64(w.Period); e > 0 {
+		left = p - uint64(e)
+	}
 	hi, lo := bits.Mul64(c.Prev, left)
 	q, r := bits.Div64(hi, lo, p)
 	if r != 0 {

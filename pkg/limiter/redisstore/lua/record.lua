@@ -139,10 +139,13 @@ local function interval(w)
   return idiv(w.p + w.limit - 1, w.limit)
 end
 
--- WindowState.weightedPrev: prev·left/p rounded up; s rolled to now.
+-- WindowState.weightedPrev: prev·left/p rounded up; s rolled to now; a
+-- window that begins after now has all of prev inside.
 local function weighted_prev(s, p)
   if s.prev == 0 then return 0 end
-  local left = p - (now - s.epoch * p)
+  local left = p
+  local e = now - s.epoch * p
+  if e > 0 then left = p - e end
   local q, r = muldiv(s.prev, left, p)
   if r ~= 0 then q = q + 1 end
   return q
