@@ -380,9 +380,12 @@ func TestSimSkewedRoundsNearTimeout(t *testing.T) {
 // the slowest round trips and waiters waited one more StoreTimeout at
 // most; 240–255 with the uncertainty from the fastest (storeclock.go)
 // and two usual round trips within 50 ms; 80–82 now that a store usually
-// fast is waited for up to StoreTimeout + contentionWait (90 ms). Rounds
-// that overlap (a request's round goes at once, not after the one in
-// flight) left 25–38 (runRounds says why they are not used).
+// fast is waited for up to StoreTimeout + contentionWait (90 ms); 46–78
+// (ten runs) once hits are set aside at each second's end by a loop of
+// their own (runBoundaries), not only by the round loop's scans, which
+// a slow round held up. Rounds that overlap (a request's round goes at
+// once, not after the one in flight) left 25–38 (runRounds says why they
+// are not used).
 func TestSimSkewedRoundsLongTail(t *testing.T) {
 	largeSim(t)
 	t.Parallel()
@@ -408,7 +411,7 @@ func TestSimSkewedRoundsLongTail(t *testing.T) {
 	r := keySim{rule: perSecond(10), replicas: 4, keys: 1000, zipf: 1.1, rate: 3000,
 		duration: 20 * time.Second, measureFrom: 5 * time.Second,
 		during: func(r *keyRun) { r.faulty.SetDelays(draw) }}.run(t)
-	r.checkLate(t, 120)
+	r.checkLate(t, 100)
 }
 
 // checkLate fails t for a window over the limit, more than bound key
