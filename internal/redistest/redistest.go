@@ -117,6 +117,7 @@ func start(bin, dir string, cluster bool, args []string) (*Server, error) {
 	}
 	cmd := exec.Command(bin, argv...)
 	cmd.Stdout, cmd.Stderr = s.log, s.log
+	DieWithParent(cmd)
 	if err := cmd.Start(); err != nil {
 		return nil, fmt.Errorf("starting redis-server: %w", err)
 	}

@@ -559,6 +559,7 @@ func rtRedisOn(t *testing.T, addr string) {
 		var log bytes.Buffer
 		cmd := exec.Command(bin, "--port", port, "--bind", host, "--save", "", "--appendonly", "no", "--dir", t.TempDir())
 		cmd.Stdout, cmd.Stderr = &log, &log
+		redistest.DieWithParent(cmd)
 		if err := cmd.Start(); err != nil {
 			t.Fatalf("starting redis-server: %v", err)
 		}
