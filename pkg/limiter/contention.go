@@ -92,6 +92,7 @@ func (e *engine) contend(c Contended, epoch int64) {
 		}
 		x = &contention{rule: &Rule{Algorithm: c.Algorithm, Windows: c.Windows}}
 		e.contended[c.Key] = x
+		e.contN.Store(int64(len(e.contended)))
 	}
 	x.epoch = max(x.epoch, epoch)
 	x.fresh = true
@@ -117,6 +118,7 @@ func (e *engine) releases(now int64) []SyncItem {
 		if epoch != x.epoch {
 			if epoch > x.epoch {
 				delete(e.contended, key)
+				e.contN.Store(int64(len(e.contended)))
 			}
 			continue
 		}

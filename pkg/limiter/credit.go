@@ -88,14 +88,21 @@ type creditLocked struct {
 	lastSync     int64 // local ns of the last completed sync
 	nextSync     int64 // local ns when the key is next due
 	rate         float64
-	busy         bool          // syncs every sync interval: a window is over half used, or requests wait
-	tight        bool          // over half of a window is used or reserved: credit is held only to its end
-	refill       bool          // a busy sliding-window key left without credit: due again when a unit frees
-	fallback     []WindowState // local windows while degraded (fail-static)
-	// fallbackOK names the outage the fallback was seeded in
-	// (engine.outageOK): a later outage seeds it again.
-	fallbackOK int64
-	fallbackN  uint64 // N the fallback was seeded at
+	busy         bool      // syncs every sync interval: a window is over half used, or requests wait
+	tight        bool      // over half of a window is used or reserved: credit is held only to its end
+	refill       bool      // a busy sliding-window key left without credit: due again when a unit frees
+	fallback     *fallback // set while degraded (fail-static); nil before the first outage
+}
+
+// fallback is a key's local windows while the store is unreachable
+// (fail-static), apart from the credit state: most keys never see an
+// outage.
+type fallback struct {
+	ws []WindowState
+	// ok names the outage the windows were seeded in (engine.outageOK):
+	// a later outage seeds them again.
+	ok int64
+	n  uint64 // N the windows were seeded at
 }
 
 // waiter is a request that found no credit and waits for a sync.

@@ -385,17 +385,15 @@ func (e *engine) dropShares() {
 // localOf converts a store instant (µs) to local ns.
 func (e *engine) localOf(storeUs int64) int64 { return (storeUs - e.offset.Load()) * 1000 }
 
-// newShare is the share state of a new key of rule, contended already if
+// initShare sets up the share state of a new key, contended already if
 // the key is.
-func (e *engine) newShare(key string, rule *Rule) *shareState {
-	if !shareable(rule) {
-		return nil
+func (e *engine) initShare(sh *shareState, key string) {
+	if e.contN.Load() == 0 {
+		return
 	}
-	sh := &shareState{}
 	e.contMu.Lock()
 	if x := e.contended[key]; x != nil {
 		sh.released = x.released // a bare release of this epoch went out
 	}
 	e.contMu.Unlock()
-	return sh
 }

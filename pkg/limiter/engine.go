@@ -115,7 +115,12 @@ type engine struct {
 	active     []*creditState // keys that synced and have not gone idle since (scanDue)
 	contMu     sync.Mutex
 	contended  map[string]*contention // keys other replicas need the shares of
-	contCursor string                 // where the contention feed is read from (one reader: runUpkeep or followFeed)
+	contN      atomic.Int64           // len(contended), read without contMu by new keys
+	// windows holds each rule's windows in the store's unit (storeWindows),
+	// shared by the rule's keys; cleared when it holds maxRuleWindows.
+	windows    sync.Map // *Rule → []Window
+	windowsN   atomic.Int64
+	contCursor string // where the contention feed is read from (one reader: runUpkeep or followFeed)
 	metrics    syncMetrics
 	started    int64 // local ns the sync loop started
 	// degradedUnits counts the units admitted in degraded mode.
@@ -239,10 +244,17 @@ func (e *engine) creditFor(key []byte, rule *Rule, now int64) *creditState {
 // known to the store until pushed: N cold replicas may admit it beside
 // the credit the store grants meanwhile.)
 func (e *engine) newCredit(key string, rule *Rule, now int64) *creditState {
-	cs := &creditState{
-		creditAtomics: creditAtomics{capacity: minCapacity(rule), share: e.newShare(key, rule)},
-		creditLocked:  creditLocked{key: key, rule: rule, ws: storeWindows(rule.Windows), nextSync: now},
+	var cs *creditState
+	if shareable(rule) {
+		x := new(sharedCredit) // one object for the garbage collector, not two
+		cs = &x.creditState
+		cs.share = &x.share
+		e.initShare(cs.share, key)
+	} else {
+		cs = new(creditState)
 	}
+	cs.capacity = minCapacity(rule)
+	cs.key, cs.rule, cs.ws, cs.nextSync = key, rule, e.windowsOf(rule), now
 	cs.kicked.Store(cs.share == nil)
 	if cs.share == nil {
 		n := uint64(max(e.replicas.Load(), 1))
@@ -256,6 +268,32 @@ func (e *engine) newCredit(key string, rule *Rule, now int64) *creditState {
 		cs.backedTo.Store(now + int64(rule.Tuning.syncInterval()))
 	}
 	return cs
+}
+
+// sharedCredit is the credit state of a key with a static share, its
+// share held in the same object.
+type sharedCredit struct {
+	creditState
+	share shareState
+}
+
+// maxRuleWindows bounds engine.windows: rules replaced by config reloads
+// leave their entries behind until it is cleared.
+const maxRuleWindows = 1 << 12
+
+// windowsOf returns rule's windows in the store's unit, the same slice
+// for every key of the rule (read only).
+func (e *engine) windowsOf(rule *Rule) []Window {
+	if ws, ok := e.windows.Load(rule); ok {
+		return ws.([]Window)
+	}
+	ws := storeWindows(rule.Windows)
+	if e.windowsN.Add(1) > maxRuleWindows {
+		e.windows.Clear()
+		e.windowsN.Store(1)
+	}
+	e.windows.Store(rule, ws)
+	return ws
 }
 
 // degradedDecide decides while the store is unreachable: fail-open admits
@@ -273,36 +311,36 @@ func (e *engine) degradedDecide(cs *creditState, rule *Rule, n int64, now int64)
 	}
 	cs.mu.Lock()
 	defer cs.mu.Unlock()
-	if ok := e.outageOK.Load(); len(cs.fallback) != len(rule.Windows) || cs.fallbackOK != ok {
+	if ok := e.outageOK.Load(); cs.fallback == nil || len(cs.fallback.ws) != len(rule.Windows) || cs.fallback.ok != ok {
 		// A new outage: what the key admitted since the last one, from
 		// its share and its credit, counts against this one, at the N of
 		// its start (the registry as heard back after it may not yet
 		// count every replica).
-		cs.fallbackN = uint64(max(e.replicas.Load(), 1))
-		cs.fallback, cs.fallbackOK = cs.seedFallback(e, rule, cs.fallbackN, now), ok
+		n := uint64(max(e.replicas.Load(), 1))
+		cs.fallback = &fallback{ws: cs.seedFallback(e, rule, n, now), ok: ok, n: n}
 	}
-	shares := cs.fallbackN
+	fb, shares := cs.fallback.ws, cs.fallback.n
 	res := Result{Allowed: true, Mode: ModeDegraded}
 	var wait time.Duration
 	for i, w := range rule.Windows {
 		w.Limit = (w.Limit + shares - 1) / shares
 		w.Burst = (w.Burst + shares - 1) / shares
-		wait = max(wait, cs.fallback[i].Wait(w, rule.Algorithm, now, uint64(n)))
+		wait = max(wait, fb[i].Wait(w, rule.Algorithm, now, uint64(n)))
 	}
 	for i, w := range rule.Windows {
 		w.Limit = (w.Limit + shares - 1) / shares
 		w.Burst = (w.Burst + shares - 1) / shares
 		if wait == 0 {
-			cs.fallback[i].Charge(w, rule.Algorithm, now, uint64(n))
+			fb[i].Charge(w, rule.Algorithm, now, uint64(n))
 		}
-		rem := cs.fallback[i].Remaining(w, rule.Algorithm, now)
+		rem := fb[i].Remaining(w, rule.Algorithm, now)
 		if i == 0 || rem < res.Remaining {
 			res.Limit, res.Period, res.Remaining = rule.Windows[i].Limit, w.Period, rem
-			res.Reset = cs.fallback[i].UntilReset(w, rule.Algorithm, now)
+			res.Reset = fb[i].UntilReset(w, rule.Algorithm, now)
 		}
 	}
 	if wait != 0 {
-		res.Allowed, res.RetryAfter = false, finiteWait(wait, cs.fallback, rule, now)
+		res.Allowed, res.RetryAfter = false, finiteWait(wait, fb, rule, now)
 		res.Reset = res.RetryAfter
 		return res
 	}

@@ -100,7 +100,7 @@ func (cs *creditState) settlingLocked(e *engine, now int64) bool {
 // degradedIn reports whether the key was decided in degraded mode in the
 // last outage (its fallback was seeded in it). cs.mu must be held.
 func (cs *creditState) degradedIn(e *engine) bool {
-	return len(cs.fallback) > 0 && cs.fallbackOK == e.outageOK.Load()
+	return cs.fallback != nil && len(cs.fallback.ws) > 0 && cs.fallback.ok == e.outageOK.Load()
 }
 
 // answered records a store call answered at now: a store back from
