@@ -214,7 +214,7 @@ func WithStore(store Store, replica string) Option {
 func (e *engine) creditFor(key []byte, rule *Rule, now int64) *creditState {
 	ent := e.keys.get(key)
 	if ent == nil || ent.cs.Load() == nil {
-		ent = e.keys.lock(key, rule)
+		ent = e.keys.lock(key, rule, true)
 		if ent.cs.Load() == nil {
 			cs := e.newCredit(ent.key, rule, now)
 			cs.ent = ent

@@ -20,7 +20,7 @@ func TestTablePromotesAndSweeps(t *testing.T) {
 	const n = 5000
 	key := func(i int) []byte { return []byte("k" + strconv.Itoa(i)) }
 	for i := range n {
-		e := tb.lock(key(i), rule)
+		e := tb.lock(key(i), rule, i%2 == 0)
 		e.fresh.Store(int64(i))
 		e.mu.Unlock()
 	}
@@ -398,5 +398,34 @@ func TestWeightedPrevWindowAhead(t *testing.T) {
 		if got := tt.c.Remaining(w, SlidingWindow, 5_500); got != tt.want {
 			t.Errorf("%s: remaining %d, want %d", tt.name, got, tt.want)
 		}
+	}
+}
+
+// TestWindowsOfShared: the keys of one rule share its windows in the
+// store's unit; another rule, equal or not, gets its own; the cache is
+// cleared at its bound rather than grow with every reload's rules.
+func TestWindowsOfShared(t *testing.T) {
+	l := New(WithStore(nopStore{}, "r"))
+	e := l.eng
+	a := &Rule{Windows: []Window{{Limit: 5, Period: time.Minute}}}
+	b := &Rule{Windows: []Window{{Limit: 5, Period: time.Minute}}}
+	wa, wb := e.windowsOf(a), e.windowsOf(b)
+	if wa[0].Period != time.Minute/time.Microsecond || len(wa) != 1 {
+		t.Fatalf("windows of a = %v, want the minute in µs", wa)
+	}
+	if &e.windowsOf(a)[0] != &wa[0] {
+		t.Error("a's second key got a new slice")
+	}
+	if &wb[0] == &wa[0] {
+		t.Error("two rules share one slice")
+	}
+	for range maxRuleWindows {
+		e.windowsOf(&Rule{Windows: []Window{{Limit: 1, Period: time.Second}}})
+	}
+	if n := e.windowsN.Load(); n > maxRuleWindows {
+		t.Errorf("cache holds %d rules, bound %d", n, maxRuleWindows)
+	}
+	if w := e.windowsOf(a); w[0].Period != time.Minute/time.Microsecond {
+		t.Errorf("a after the clear: %v", w)
 	}
 }

@@ -244,7 +244,7 @@ func (l *Limiter) decideOne(res *Result, r *Request, now int64, dry bool) {
 		}
 		return
 	}
-	e := l.keys.lock(r.Key, r.Rule)
+	e := l.keys.lock(r.Key, r.Rule, false)
 	defer e.mu.Unlock()
 	switch r.Op {
 	case Refund:
@@ -341,7 +341,7 @@ func (l *Limiter) rollback(reqs []Request, out []Result, now int64) {
 			eng.refund(eng.creditFor(r.Key, r.Rule, now), int64(hits), now) // pushed meanwhile: a negative hit
 			continue
 		}
-		e := l.keys.lock(r.Key, r.Rule)
+		e := l.keys.lock(r.Key, r.Rule, false)
 		for j, w := range r.Rule.Windows {
 			e.counters[j].Refund(w, r.Rule.Algorithm, now, hits) // charged at this same instant
 		}

@@ -74,9 +74,13 @@ func (t *table) hash(key []byte) (uint64, *shard) {
 }
 
 // lock returns key's entry, created if missing, with its mutex held and
-// one counter per window of rule.
-func (t *table) lock(key []byte, rule *Rule) *entry {
+// one counter per window of rule, or none for a rule the credit engine
+// decides (its state is the entry's creditState).
+func (t *table) lock(key []byte, rule *Rule, shared bool) *entry {
 	n := len(rule.Windows)
+	if shared {
+		n = 0
+	}
 	h, s := t.hash(key)
 	for {
 		e := s.lookup(h, key)
@@ -86,7 +90,10 @@ func (t *table) lock(key []byte, rule *Rule) *entry {
 		e.mu.Lock()
 		if !e.dead.Load() {
 			if len(e.counters) != n {
-				e.counters = make([]WindowState, n)
+				e.counters = nil
+				if n > 0 {
+					e.counters = make([]WindowState, n)
+				}
 			}
 			e.rule = rule
 			return e
@@ -201,7 +208,10 @@ func (t *table) insert(s *shard, h uint64, key []byte, n int) *entry {
 	if e := s.dirty[string(key)]; e != nil {
 		return e
 	}
-	e := &entry{key: string(key), hash: h, counters: make([]WindowState, n)}
+	e := &entry{key: string(key), hash: h}
+	if n > 0 {
+		e.counters = make([]WindowState, n)
+	}
 	s.dirty[e.key] = e
 	t.size.Add(1)
 	return e
