@@ -1,6 +1,7 @@
 package limiter
 
 import (
+	"runtime"
 	"strconv"
 	"testing"
 	"time"
@@ -22,6 +23,9 @@ func BenchmarkNewShareKey(b *testing.B) {
 	out := make([]Result, 1)
 	keys := make([][]byte, 0, 1<<20)
 	i := 0
+	var before runtime.MemStats
+	runtime.GC()
+	runtime.ReadMemStats(&before)
 	b.ReportAllocs()
 	for b.Loop() {
 		if i == len(keys) {
@@ -33,5 +37,19 @@ func BenchmarkNewShareKey(b *testing.B) {
 			b.Fatalf("key %d: %v %v, want admitted locally", i, ok, out[0].Mode)
 		}
 	}
+	b.StopTimer()
+	// What the keys keep live, the benchmark's own key bytes apart: what
+	// every garbage collection cycle marks again.
+	var after runtime.MemStats
+	runtime.GC()
+	runtime.ReadMemStats(&after)
+	var own uint64
+	for _, k := range keys {
+		own += uint64(cap(k))
+	}
+	live := int64(after.HeapAlloc) - int64(before.HeapAlloc) - int64(own)
+	b.ReportMetric(float64(live)/float64(len(keys)), "live-B/key")
+	b.ReportMetric(float64(after.HeapObjects-before.HeapObjects)/float64(len(keys)), "live-objects/key")
+	runtime.KeepAlive(l)
 	b.ReportMetric(float64(l.keys.size.Load()), "keys")
 }
