@@ -19,9 +19,12 @@ type creditState struct {
 
 // creditAtomics is the lock-free half of a key's credit state.
 type creditAtomics struct {
-	// The hot path's fields fill the first cache line (the struct's size
-	// class, 320 bytes, keeps it 64-byte aligned); the view and the
-	// capacity start the second.
+	// The hot path's fields fill 64 bytes, one cache line where the
+	// object's size class keeps it 64-byte aligned (384 bytes; with a
+	// share, 480 bytes, every other key's straddles two lines: padding
+	// to 512 would cost each key 32 bytes more for the collector to
+	// mark). The view starts the next 64. The flags are kept together
+	// at the end, where they pack into two words.
 	credit   atomic.Int64 // units admissible locally now (backed by the reservation)
 	hits     atomic.Int64 // units admitted, not yet pushed
 	backedTo atomic.Int64 // local ns until which the reservation backs credit
@@ -39,48 +42,47 @@ type creditAtomics struct {
 	// free: what timed-out waiters may be admitted on that view when the
 	// store is usually fast and only this round was late.
 	overrunLeft atomic.Int64
-	kicked      atomic.Bool // a sync was asked for
 	// refunds are units refunded beyond this replica's unpushed admits,
 	// pushed as a negative hit ahead of the admits that follow them.
 	refunds atomic.Int64
-	// orphan: swept from the table (idle, holding nothing) while a
-	// decision may still hold it; that decision moves to the key's new
-	// state rather than wait for a sync this state will never get.
-	orphan atomic.Bool
 	// denied counts the requests denied since the last round.
 	denied atomic.Int64
 	// spending counts spends and refunds in transit between the credit
 	// and the hits (settle).
 	spending atomic.Int64
-	// yield asks the next round to hand back the key's unused credit: the
-	// store published the key, whose waiters on another replica need it.
-	yield atomic.Bool
 	// releasing is the local ns until which waiters wait past their
 	// StoreTimeout: the last reply said other replicas hold shares of the
 	// key that the store asked them to release (SyncResult.Contended).
 	releasing atomic.Int64
 	// share is the key's static share; nil for rules without one.
 	share *shareState
-	// ent is the key's table entry. active says the sync loop's scans
-	// visit the key; listed (guarded by the Limiter's activeMu) that it
-	// is in their list.
-	ent    *entry
+	// ent is the key's table entry.
+	ent *entry
+
+	kicked atomic.Bool // a sync was asked for
+	// orphan: swept from the table (idle, holding nothing) while a
+	// decision may still hold it; that decision moves to the key's new
+	// state rather than wait for a sync this state will never get.
+	orphan atomic.Bool
+	// yield asks the next round to hand back the key's unused credit: the
+	// store published the key, whose waiters on another replica need it.
+	yield atomic.Bool
+	// active says the sync loop's scans visit the key; listed (guarded by
+	// the Limiter's activeMu) that it is in their list.
 	active atomic.Bool
 	listed bool
 }
 
 // creditLocked is the half of a key's credit state its mu guards.
 type creditLocked struct {
-	key       string
-	rule      *Rule
-	ws        []Window // rule.Windows with periods in µs, the store's unit
-	waiters   []*waiter
-	waiting   uint64 // units the waiters want
-	asked     uint64 // waiting units the in-flight sync asked for
-	inflight  bool
-	flying    int64 // units admitted that the in-flight sync pushes (hits, share hits)
-	collected bool  // listed for the round being built
-	late      []Hit // hits snapshotted just before a window boundary
+	key     string
+	rule    *Rule
+	ws      []Window // rule.Windows with periods in µs, the store's unit
+	waiters []*waiter
+	waiting uint64 // units the waiters want
+	asked   uint64 // waiting units the in-flight sync asked for
+	flying  int64  // units admitted that the in-flight sync pushes (hits, share hits)
+	late    []Hit  // hits snapshotted just before a window boundary
 	// overrunEpoch is the window (of the first period) overrunLeft was set in.
 	overrunEpoch int64
 	unused       int64 // credit when the in-flight sync was sent
@@ -88,10 +90,12 @@ type creditLocked struct {
 	lastSync     int64 // local ns of the last completed sync
 	nextSync     int64 // local ns when the key is next due
 	rate         float64
+	fallback     *fallback // set while degraded (fail-static); nil before the first outage
+	inflight     bool      // a sync of the key is in flight
+	collected    bool      // listed for the round being built
 	busy         bool      // syncs every sync interval: a window is over half used, or requests wait
 	tight        bool      // over half of a window is used or reserved: credit is held only to its end
 	refill       bool      // a busy sliding-window key left without credit: due again when a unit frees
-	fallback     *fallback // set while degraded (fail-static); nil before the first outage
 }
 
 // fallback is a key's local windows while the store is unreachable
