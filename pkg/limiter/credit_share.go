@@ -351,18 +351,18 @@ func (cs *creditState) orphanShare() {
 	}
 }
 
-// stillUsed reports, for the sweep, a share key still in use, and when
-// it may go if not used again: one the sync loop holds (active: it leaves
-// once idle, making the key evictable), or one used within two of its
+// stillUsed reports, for the sweep, a key still in use, and when it may
+// go if not used again: one the sync loop holds (active: it leaves once
+// idle, making the key evictable), or a share key used within two of its
 // periods, so that its share epoch, which may still count its admits,
 // is over. A key swept in the middle of an epoch would come back with
 // that epoch's share whole, and its replica admit the share twice.
 func (cs *creditState) stillUsed(now int64) (bool, int64) {
+	if cs.active.Load() {
+		return true, math.MaxInt64 // back in the scans since it was marked
+	}
 	if cs.share == nil {
 		return false, 0
-	}
-	if cs.active.Load() {
-		return true, math.MaxInt64
 	}
 	until := cs.lastUse.Load() + 2*int64(maxPeriod(cs.rule))
 	return until > now, until

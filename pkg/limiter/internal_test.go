@@ -429,3 +429,43 @@ func TestWindowsOfShared(t *testing.T) {
 		t.Errorf("a after the clear: %v", w)
 	}
 }
+
+// TestIdleKeyLeavesScans: a key that synced and holds nothing leaves the
+// sync loop's scans once it has been idle a quiet interval, not two of
+// its periods later, and stays evictable two periods after its last use;
+// a key used within the quiet interval stays, and one back in a round
+// is not swept while it is.
+func TestIdleKeyLeavesScans(t *testing.T) {
+	l := New(WithStore(nopStore{}, "r"))
+	e := l.eng
+	rule := &Rule{Algorithm: SlidingWindow, Windows: []Window{{Limit: 100, Period: time.Minute}}}
+	now := e.now()
+	snow := e.storeNow(now)
+	start := func(key string, idle time.Duration) *creditState {
+		cs := e.creditFor([]byte(key), rule, now-int64(idle))
+		cs.mu.Lock()
+		cs.credit.Store(0)
+		cs.kicked.Store(false)
+		cs.view.Store(&storeView{windows: []WindowState{{Epoch: snow / int64(time.Minute/time.Microsecond)}}})
+		cs.lastUse.Store(now - int64(idle))
+		cs.mu.Unlock()
+		e.activate(cs)
+		return cs
+	}
+	idle := start("idle", 2*quietInterval)
+	recent := start("recent", quietInterval/10)
+	e.scanDue(now)
+	if idle.active.Load() {
+		t.Error("a key idle for two quiet intervals, holding nothing, is still scanned")
+	}
+	if want := idle.lastUse.Load() + 2*int64(time.Minute); idle.ent.fresh.Load() != want {
+		t.Errorf("idle key evictable from %d, want %d (two periods after its last use)", idle.ent.fresh.Load(), want)
+	}
+	if !recent.active.Load() {
+		t.Error("a key used within the quiet interval left the scans")
+	}
+	e.activate(idle) // its next request asked for a round
+	if n := l.keys.sweep(idle.ent.fresh.Load() + 1); n != 0 {
+		t.Errorf("sweep removed %d keys, one of them back in the scans", n)
+	}
+}

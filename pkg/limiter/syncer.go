@@ -302,9 +302,10 @@ func (e *engine) collectDue(now int64, full bool) []*creditState {
 // scanDue looks at every active key (one that has synced and not gone
 // idle since): those due, asked for or waited on, and when any is, those
 // due within a tenth of their interval (riding along). A key that holds
-// nothing and owes nothing leaves the active keys, evictable; keys that
-// admit from their static share alone never join them, so idle and
-// share-only keys cost a scan nothing.
+// nothing and owes nothing leaves the active keys once it has been idle
+// a quiet interval or its share has room, evictable two periods after
+// its last use; keys that admit from their static share alone never join
+// them, so idle and share-only keys cost a scan nothing.
 func (e *engine) scanDue(now int64) []*creditState {
 	var due, half []*creditState
 	snow := e.storeNow(now)
@@ -318,8 +319,17 @@ func (e *engine) scanDue(now int64) []*creditState {
 		}
 		starved := cs.starvedInNewWindow(snow) && now-cs.lastUse.Load() < int64(quietInterval)
 		if !cs.needsSync() && !starved {
-			if idle := now - cs.lastUse.Load(); idle > 2*int64(maxPeriod(cs.rule)) {
+			idle, keep := now-cs.lastUse.Load(), 2*int64(maxPeriod(cs.rule))
+			switch {
+			case idle > keep:
 				ent.fresh.Store(now) // nothing held, nothing owed: evictable
+				e.deactivate(cs)
+			case idle > int64(quietInterval) || cs.share.ample(cs.ws[0], snow):
+				// Nothing to watch for until its next request, which asks
+				// for a round if it needs one (its share serves it, or no
+				// new window finds it starved): it leaves the scans now,
+				// evictable two periods after its last use.
+				ent.fresh.Store(cs.lastUse.Load() + keep)
 				e.deactivate(cs)
 			}
 			return
