@@ -27,7 +27,9 @@
 // the store is healthy the replicas together never admit more than the
 // limit. A request that finds no credit waits for a round at most the
 // rule's StoreTimeout; while the store answers, on for its round, within
-// StoreTimeout + 90 ms on a store usually fast (its fastest recent round
+// StoreTimeout + 90 ms (a key's first request on the replica, which has
+// no view or credit to fall back on, StoreTimeout + 180 ms) on a store
+// usually fast (its fastest recent round
 // trips well within StoreTimeout: a late round is a busy moment), else
 // for two of its usual round trips within StoreTimeout + 50 ms (its round
 // may have waited for the one in flight); past it, it is admitted from

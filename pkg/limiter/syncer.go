@@ -25,8 +25,15 @@ const (
 	// hand back their credit (a feed read, their round and the key's
 	// next one, with room to spare), or for a late round of a store
 	// usually fast. Envoy's timeout for the rate limit service must
-	// exceed StoreTimeout + contentionWait.
+	// exceed StoreTimeout + contentionWait, and should exceed
+	// StoreTimeout + coldRoundWait.
 	contentionWait = 9 * tick
+	// coldRoundWait is contentionWait for a key's first request on a
+	// store usually fast: a round late by a busy moment (a collection, a
+	// descheduled process) is waited out, as the request has no view or
+	// credit to be decided on. With the default StoreTimeout the wait ends
+	// within 190 ms, inside the 200 ms the examples give Envoy.
+	coldRoundWait = 18 * tick
 	// lateRoundWait bounds how long past its StoreTimeout a request
 	// waits for a round of a store that is not usually fast.
 	lateRoundWait = 5 * tick
