@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
@@ -118,28 +119,44 @@ func shouldRateLimit(t *testing.T, grpcAddr string) {
 }
 
 // TestHTTPConnectionCapSheds: with the HTTP port's connections all held
-// and idle, one more takes the place of the oldest, which the server
-// closes, gRPC still answers, and the shed connections are counted.
-// (connlimit_test.go: connections in a handler are never shed.)
+// and answered, one more takes the place of one of them, which the server
+// closes, gRPC still answers, and the shed connections are counted. The
+// one that gives way is the oldest the server has marked idle after its
+// answer: the first held, unless the server's goroutine had not yet got
+// to it (the client reads an answer before the server marks the
+// connection idle). connlimit_test.go checks the choice, and that
+// connections in a handler are never shed.
 func TestHTTPConnectionCapSheds(t *testing.T) {
 	s := start(t, "../../config", "--http-max-conns", "3", "--http-idle-timeout", "1m", "--http-read-timeout", "1m")
 	http.DefaultClient.CloseIdleConnections() // start's readiness probe held one
 	held := []*heldConn{holdHTTP(t, s.httpAddr), holdHTTP(t, s.httpAddr), holdHTTP(t, s.httpAddr)}
 	extra := dialHTTP(t, s.httpAddr)
 	if code, err := extra.exchange("/healthcheck"); err != nil || code != http.StatusOK {
-		t.Fatalf("a fourth connection with the cap of 3 held idle: %d %v, want answered", code, err)
+		t.Fatalf("a fourth connection with the cap of 3 held: %d %v, want answered", code, err)
 	}
-	if err := closedByServer(held[0]); err != nil {
-		t.Fatalf("the oldest idle connection, at the cap: %v", err)
+	// The server closed the one that gave way before it served extra.
+	kept, gone := []*heldConn{extra}, []string{}
+	for i, c := range held {
+		if code, err := c.exchange("/healthcheck"); err == nil && code == http.StatusOK {
+			kept = append(kept, c)
+		} else {
+			gone = append(gone, fmt.Sprintf("held connection %d: %d %v", i, code, err))
+		}
 	}
-	held[0] = extra
+	// One gives way to the fourth; the probe's connection, closed by the
+	// client but not yet by the server, may have held a slot when the
+	// third came and the server still saw it busy: then one more did.
+	if len(gone) < 1 || len(gone) > 2 {
+		t.Fatalf("%d of the 3 held connections gave way to a fourth, want 1 (or 2 beside the probe's): %v", len(gone), gone)
+	}
+	held = kept
 	shouldRateLimit(t, s.grpcAddr)
 	for i, c := range held {
 		if code, err := c.exchange("/healthcheck"); err != nil || code != http.StatusOK {
 			t.Fatalf("held connection %d: %d %v", i, code, err)
 		}
 	}
-	code, metrics, err := held[2].get("/metrics")
+	code, metrics, err := extra.get("/metrics")
 	// at least the oldest connection; holdHTTP's retries may add some
 	shed := regexp.MustCompile(`(?m)^ratelimit_http_connections_shed_total\{port="http"\} [1-9]`)
 	if err != nil || code != http.StatusOK || !shed.MatchString(metrics) {
