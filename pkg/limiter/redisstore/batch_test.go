@@ -2,7 +2,9 @@ package redisstore
 
 import (
 	"fmt"
+	"reflect"
 	"testing"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 
@@ -24,7 +26,6 @@ func TestRateCalls(t *testing.T) {
 		}
 		return items
 	}
-	argsPerItem := len(appendRateArgs(nil, &keys(1, 1)[0]))
 	single := New(redis.NewClient(&redis.Options{}), "svc")
 	cluster := New(redis.NewClusterClient(&redis.ClusterOptions{}), "svc")
 	for _, tc := range []struct {
@@ -52,13 +53,62 @@ func TestRateCalls(t *testing.T) {
 					t.Errorf("%s: call %d key %d is %q, not item %q's", tc.name, i, j, k, items[next+j].Key)
 				}
 			}
-			if len(c.args) != 1+argsPerItem*len(c.keys) || c.args[0] != "r" {
-				t.Errorf("%s: call %d has %d args for %d keys", tc.name, i, len(c.args), len(c.keys))
+			want := rateArgs{args: []any{"r"}}
+			for j := range c.keys {
+				want.add(&items[next+j])
+			}
+			if !reflect.DeepEqual(c.args, want.args) {
+				t.Errorf("%s: call %d has args %v for %d keys, want %v", tc.name, i, c.args, len(c.keys), want.args)
 			}
 			next += len(c.keys)
 		}
 		if next != len(items) {
 			t.Errorf("%s: calls cover %d of %d items", tc.name, next, len(items))
+		}
+	}
+}
+
+// TestRateArgsRules: a call gives each rule once, with its first item;
+// a later item of the same rule names it by index, one of another rule
+// gives its own. Any field of the rule makes it another rule.
+func TestRateArgsRules(t *testing.T) {
+	base := limiter.SyncItem{Windows: []limiter.Window{{Limit: 10, Period: time.Second}}, Share: 1, Replicas: 4,
+		Lease: time.Minute, ShareEpoch: 7, Sharers: 4, SharersNext: 4}
+	variants := []func(*limiter.SyncItem){
+		func(it *limiter.SyncItem) { it.Algorithm = limiter.SlidingWindow },
+		func(it *limiter.SyncItem) { it.Windows = []limiter.Window{{Limit: 11, Period: time.Second}} },
+		func(it *limiter.SyncItem) { it.Windows = []limiter.Window{{Limit: 10, Period: time.Minute}} },
+		func(it *limiter.SyncItem) {
+			it.Windows = append(it.Windows, limiter.Window{Limit: 100, Period: time.Minute})
+		},
+		func(it *limiter.SyncItem) { it.Share = 0.5 },
+		func(it *limiter.SyncItem) { it.Replicas = 3 },
+		func(it *limiter.SyncItem) { it.Lease = time.Second },
+		func(it *limiter.SyncItem) { it.ShareEpoch = 8 },
+		func(it *limiter.SyncItem) { it.Sharers = 3 },
+		func(it *limiter.SyncItem) { it.SharersNext = 5 },
+	}
+	for i, v := range variants {
+		other := base
+		v(&other)
+		same := base
+		same.Want, same.Hits = 5, []limiter.Hit{{At: 1, N: 2}} // the key's own fields
+		ra := rateArgs{args: []any{"r"}}
+		ra.add(&base)
+		full := len(ra.args)
+		ra.add(&same)
+		if ra.args[full] != 1 {
+			t.Errorf("variant %d: the same rule's item begins with %v, want index 1", i, ra.args[full])
+		}
+		at := len(ra.args)
+		ra.add(&other)
+		if ra.args[at] != 0 || len(ra.rules) != 2 {
+			t.Errorf("variant %d: another rule's item begins with %v (%d rules), want 0 and its rule", i, ra.args[at], len(ra.rules))
+		}
+		again := len(ra.args)
+		ra.add(&other)
+		if ra.args[again] != 2 {
+			t.Errorf("variant %d: the second rule again begins with %v, want index 2", i, ra.args[again])
 		}
 	}
 }

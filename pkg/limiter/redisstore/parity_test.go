@@ -85,7 +85,10 @@ func TestParity(t *testing.T) {
 	wg.Wait()
 	t.Logf("%d sequences, %d operations, %d script loads; replies: %d window rolls, %d weighted sliding windows, %d with credit, %d with others' reservations, %d pressed",
 		n, ops.Load(), loads.n.Load(), sum.rolls, sum.weighted, sum.granted, sum.others, sum.pressed)
-	t.Logf("floors of an earlier generation: %d items", sum.lifted)
+	t.Logf("floors of an earlier generation: %d items; items of a rule an earlier item of their call gave: %d", sum.lifted, sum.ruleRefs)
+	if sum.ruleRefs == 0 && !failed.Load() {
+		t.Error("no call named a rule an earlier item gave")
+	}
 	t.Logf("static shares: %d items with shares, %d with share hits, %d releasing; replies: %d with others' shares held, %d contended, %d lapsing at the epoch's end; %d contentions read, %d registry members listed",
 		sum.shared, sum.shareHits, sum.releases, sum.held, sum.contended, sum.epochEnd, sum.feed, sum.members)
 	if loads.n.Load() == 0 && !failed.Load() {
@@ -148,6 +151,9 @@ func newParity(t *testing.T, client *redis.Client, seed uint64, seq int) *parity
 		k := fmt.Sprintf("api|k=%d{x}:%c", i, rune(p.rng.IntN(256)))
 		p.keys = append(p.keys, k)
 		p.rules[k] = p.rule(seq%7 == 0)
+		if i > 0 && p.rng.IntN(3) == 0 { // the rule of another key
+			p.rules[k] = p.rules[p.keys[0]]
+		}
 	}
 	for i := range 1 + p.rng.IntN(2) {
 		p.slots = append(p.slots, fmt.Sprintf("conc|%d", i))
@@ -297,6 +303,7 @@ func (p *parity) sync() bool {
 	items := make([]limiter.SyncItem, 1+p.rng.IntN(3))
 	for i := range items {
 		items[i] = p.item(p.pick(p.keys))
+		p.sameRule(items[:i+1])
 	}
 	got := make([]limiter.SyncResult, len(items))
 	if err := p.redis.Sync(context.Background(), replica, items, got); err != nil {
@@ -318,6 +325,22 @@ func (p *parity) sync() bool {
 		p.gens[items[i].Key] = got[i].Gen
 	}
 	return true
+}
+
+// sameRule gives the last of items, half the time, the rest of the rule
+// of an earlier item of the call with its windows (the same key, or
+// another of the same rule): a call sends a rule once, and later items of
+// it name it (rate.lua's ARGV).
+func (p *parity) sameRule(items []limiter.SyncItem) {
+	it := &items[len(items)-1]
+	for _, e := range items[:len(items)-1] {
+		if e.Algorithm == it.Algorithm && reflect.DeepEqual(e.Windows, it.Windows) && p.rng.IntN(2) == 0 {
+			it.Share, it.Replicas, it.Lease = e.Share, e.Replicas, e.Lease
+			it.ShareEpoch, it.Sharers, it.SharersNext = e.ShareEpoch, e.Sharers, e.SharersNext
+			p.tally.ruleRefs++
+			return
+		}
+	}
 }
 
 // count tallies what a reply exercised, so the test can show its reach.
@@ -368,6 +391,7 @@ type tally struct {
 	rolls, weighted, granted, others, pressed                             int64
 	shared, shareHits, releases, held, contended, epochEnd, feed, members int64
 	lifted                                                                int64 // items with a floor of an earlier generation
+	ruleRefs                                                              int64 // items given an earlier item's rule in their call
 }
 
 func (t *tally) add(o tally) {
@@ -377,6 +401,7 @@ func (t *tally) add(o tally) {
 	t.others += o.others
 	t.pressed += o.pressed
 	t.lifted += o.lifted
+	t.ruleRefs += o.ruleRefs
 	t.shared += o.shared
 	t.shareHits += o.shareHits
 	t.releases += o.releases

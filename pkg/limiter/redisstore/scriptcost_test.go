@@ -191,15 +191,17 @@ func costCalls(tb testing.TB, c *redis.Client, service string, cc costCase) []ca
 	var calls []call
 	var items [][]limiter.SyncItem
 	for k := 0; k < keys; k += cc.keys {
-		cl := call{args: []any{fmt.Sprint("replica-", len(calls)%costReplicas)}}
-		var its []limiter.SyncItem
+		var cl call
+		its := make([]limiter.SyncItem, cc.keys)
+		ra := rateArgs{args: []any{fmt.Sprint("replica-", len(calls)%costReplicas)}}
 		for j := range cc.keys {
-			it := cc.item(now.UnixMicro())
+			it := &its[j]
+			*it = cc.item(now.UnixMicro())
 			it.Key = fmt.Sprint("user=", k+j)
 			cl.keys = append(cl.keys, s.keys.rate(it.Key))
-			cl.args = appendRateArgs(cl.args, &it)
-			its = append(its, it)
+			ra.add(it)
 		}
+		cl.args = ra.args
 		calls, items = append(calls, cl), append(items, its)
 	}
 	out := make([]limiter.SyncResult, cc.keys)

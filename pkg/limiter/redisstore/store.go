@@ -125,19 +125,25 @@ func (s *Store) rateCalls(replica string, items []limiter.SyncItem) ([]call, []i
 	if s.batches {
 		per = batchKeys
 	}
-	var calls []call
-	var starts []int
+	calls := make([]call, 0, (len(items)+per-1)/per)
+	starts := make([]int, 0, cap(calls))
+	var ra rateArgs
 	for i := range items {
-		key := s.keys.rate(items[i].Key)
-		n := len(calls)
-		if n == 0 || len(calls[n-1].keys) == per {
-			calls = append(calls, call{args: []any{replica}})
+		if len(calls) == 0 || len(calls[len(calls)-1].keys) == per {
+			if len(calls) > 0 {
+				calls[len(calls)-1].args = ra.args
+			}
+			n := min(per, len(items)-i)
+			ra = rateArgs{args: append(make([]any, 0, 1+n*keyArgs), replica), rules: ra.rules[:0]}
+			calls = append(calls, call{keys: make([]string, 0, n)})
 			starts = append(starts, i)
-			n++
 		}
-		c := &calls[n-1]
-		c.keys = append(c.keys, key)
-		c.args = appendRateArgs(c.args, &items[i])
+		c := &calls[len(calls)-1]
+		c.keys = append(c.keys, s.keys.rate(items[i].Key))
+		ra.add(&items[i])
+	}
+	if len(calls) > 0 {
+		calls[len(calls)-1].args = ra.args
 	}
 	return calls, starts
 }
@@ -146,6 +152,10 @@ func (s *Store) rateCalls(replica string, items []limiter.SyncItem) ([]call, []i
 // the call's fixed cost, few enough that the script never holds Redis
 // for long.
 const batchKeys = 32
+
+// keyArgs is about how many arguments an item of one window adds to a
+// call: its own fields, and a share of its rule's.
+const keyArgs = 16
 
 // checkItem refuses what the maths cannot run: no window, a period under
 // the clock's microsecond, a token bucket without a rate.
@@ -164,23 +174,66 @@ func checkItem(it *limiter.SyncItem) error {
 	return nil
 }
 
-// appendRateArgs appends an item's arguments as rate.lua reads them.
-func appendRateArgs(args []any, it *limiter.SyncItem) []any {
-	args = append(args, int(it.Algorithm), len(it.Windows))
+// rateArgs builds one rate script call's arguments: the replica, then
+// per item a reference to its rule and its own fields. A rule goes in
+// full once a call, with the first item of it; a later item of the same
+// rule names it by its index (rate.lua's ARGV).
+type rateArgs struct {
+	args  []any
+	rules []*limiter.SyncItem // the items that gave the call's rules
+}
+
+// add appends an item's arguments.
+func (ra *rateArgs) add(it *limiter.SyncItem) {
+	for i, r := range ra.rules {
+		if sameRule(r, it) {
+			ra.args = append(ra.args, i+1)
+			ra.appendKeyArgs(it)
+			return
+		}
+	}
+	ra.rules = append(ra.rules, it)
+	ra.args = append(ra.args, 0, int(it.Algorithm), len(it.Windows))
 	for _, w := range it.Windows {
-		args = append(args, micros(w.Period), clampU(w.Limit), clampU(w.Capacity(it.Algorithm)))
+		ra.args = append(ra.args, micros(w.Period), clampU(w.Limit), clampU(w.Capacity(it.Algorithm)))
 	}
-	share := it.Share
-	if !(share > 0 && share <= 1) { // also NaN
-		share = 1
+	ra.args = append(ra.args, strconv.FormatFloat(shareOf(it), 'g', -1, 64), max(it.Replicas, 1), micros(it.Lease),
+		clampI(it.ShareEpoch), clampI(int64(it.Sharers)), clampI(int64(it.SharersNext)))
+	ra.appendKeyArgs(it)
+}
+
+// shareOf is an item's share of the free budget, 1 unless in (0, 1].
+func shareOf(it *limiter.SyncItem) float64 {
+	if it.Share > 0 && it.Share <= 1 {
+		return it.Share
 	}
-	args = append(args, clampU(it.Unused), clampU(it.Want), clampU(it.Waiting), clampU(it.Denied),
-		strconv.FormatFloat(share, 'g', -1, 64), max(it.Replicas, 1), micros(it.Lease), len(it.Hits))
+	return 1 // also NaN
+}
+
+// sameRule reports whether two items' rule arguments are the same.
+func sameRule(a, b *limiter.SyncItem) bool {
+	if a.Algorithm != b.Algorithm || shareOf(a) != shareOf(b) || max(a.Replicas, 1) != max(b.Replicas, 1) ||
+		micros(a.Lease) != micros(b.Lease) || a.ShareEpoch != b.ShareEpoch || a.Sharers != b.Sharers ||
+		a.SharersNext != b.SharersNext || len(a.Windows) != len(b.Windows) {
+		return false
+	}
+	for i, w := range a.Windows {
+		v := b.Windows[i]
+		if micros(w.Period) != micros(v.Period) || clampU(w.Limit) != clampU(v.Limit) ||
+			clampU(w.Capacity(a.Algorithm)) != clampU(v.Capacity(b.Algorithm)) {
+			return false
+		}
+	}
+	return true
+}
+
+// appendKeyArgs appends an item's own fields, those of its key.
+func (ra *rateArgs) appendKeyArgs(it *limiter.SyncItem) {
+	args := append(ra.args, clampU(it.Unused), clampU(it.Want), clampU(it.Waiting), clampU(it.Denied), len(it.Hits))
 	for _, h := range it.Hits {
 		args = append(args, clampI(h.At), clampI(h.N))
 	}
-	args = append(args, clampI(it.ShareEpoch), clampI(int64(it.Sharers)), clampI(int64(it.SharersNext)),
-		clampI(it.Release), len(it.ShareHits))
+	args = append(args, clampI(it.Release), len(it.ShareHits))
 	for _, h := range it.ShareHits {
 		args = append(args, clampI(h.At), clampI(h.N))
 	}
@@ -193,9 +246,11 @@ func appendRateArgs(args []any, it *limiter.SyncItem) []any {
 		args = append(args, 0, 0)
 	}
 	if it.ShareFloor == (limiter.WindowState{}) {
-		return append(args, "")
+		args = append(args, "")
+	} else {
+		args = append(args, stateArg(it.ShareFloor))
 	}
-	return append(args, stateArg(it.ShareFloor))
+	ra.args = args
 }
 
 // stateArg is a window state as the record holds one: "epoch cur prev

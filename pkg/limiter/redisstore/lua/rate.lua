@@ -15,16 +15,18 @@
 --                   pushed as a window state of the rule's first window,
 --                   and the last epoch of which it released its share
 --                   (0: never)
--- ARGV     replica, then per key in turn: algorithm (0 fixed, 1 sliding,
---          2 token bucket), n windows, then per window: period(µs) limit
---          capacity; unused, want, waiting, denied, share, replicas,
---          lease(µs), n hits, then per hit: at(µs) units (negative: a
---          refund); share epoch (0: no shares), sharers, sharers of the
---          next epoch, release(µs, 0: none), n share hits, then per share
---          hit: at(µs) units; n floors (0 or n windows), the floors'
---          generation (µs, 0: not known), then per window the replica's
---          floor, "epoch cur prev tat"; the share floor in the same form
---          ("": none).
+-- ARGV     replica, then per key in turn: its rule, then its own fields.
+--          The rule is an index, 1 or more, of a rule an earlier key of
+--          the call gave, or 0 and the rule: algorithm (0 fixed, 1
+--          sliding, 2 token bucket), n windows, then per window:
+--          period(µs) limit capacity; share, replicas, lease(µs), share
+--          epoch (0: no shares), sharers, sharers of the next epoch. The
+--          key's fields: unused, want, waiting, denied, n hits, then per
+--          hit: at(µs) units (negative: a refund); release(µs, 0: none),
+--          n share hits, then per share hit: at(µs) units; n floors (0 or
+--          n windows), the floors' generation (µs, 0: not known), then
+--          per window the replica's floor, "epoch cur prev tat"; the share
+--          floor in the same form ("": none).
 -- Reply    per key: now, credit, others' reservations, others' shares
 --          held (Others is their sum, saturated in Go), pressed (1 or 0),
 --          expires(µs), contended (1 or 0), the record's generation (µs),
@@ -178,32 +180,56 @@ local function lift(rec, ws, floors, nf, fgen)
   rec.base, rec.bdirty = b, true
 end
 
--- sync applies the item whose arguments start at args[a] to key and
--- returns its reply and where the next item's arguments start.
-local function sync(key, a)
-  alg = num(a)
+-- rules are the rules the call's keys gave so far, in order: the
+-- fields of the arguments (rule_at) and the windows, each with its
+-- current epoch at the call's TIME. Nothing writes to a rule once read.
+local rules
+
+-- rule_at reads the rule whose arguments start at args[a] and returns it
+-- and where the key's own arguments start.
+local function rule_at(a)
+  local r = {alg = num(a)}
   local nw = num(a + 1)
   local ws = {}
   a = a + 2
   for i = 1, nw do
     local p = tonum(args[a])
-    ws[i] = {p = p, limit = tonum(args[a + 1]), cap = alg == BUCKET and tonum(args[a + 2]) or 0, e = idiv(now, p)}
+    ws[i] = {p = p, limit = tonum(args[a + 1]), cap = r.alg == BUCKET and tonum(args[a + 2]) or 0, e = idiv(now, p)}
     a = a + 3
   end
+  r.ws = ws
+  r.share, r.nrep, r.lease, r.se = num4(a)
+  r.sharers, r.nnext = num(a + 4), num(a + 5)
+  if r.share <= 0 or r.share > 1 then r.share = 1 end
+  if r.nrep < 1 then r.nrep = 1 end
+  return r, a + 6
+end
+
+-- sync applies the item whose arguments start at args[a] to key and
+-- returns its reply and where the next item's arguments start.
+local function sync(key, a)
+  local ref, rule = num(a), nil
+  if ref == 0 then
+    rule, a = rule_at(a + 1)
+    rules[#rules + 1] = rule
+  else
+    rule, a = rules[ref], a + 1
+  end
+  alg = rule.alg
+  local ws, share, nrep, lease = rule.ws, rule.share, rule.nrep, rule.lease
+  local se, sharers, nnext = rule.se, rule.sharers, rule.nnext
+  local nw = #ws
   local unused, want, waiting, denied = num4(a)
-  local share, nrep, lease, nh = num4(a + 4)
-  local hits = a + 8
+  local nh = num(a + 4)
+  local hits = a + 5
   a = hits + 2 * nh
-  local se, sharers, nnext, release = num4(a)
-  local nsh = num(a + 4)
-  local shits = a + 5
+  local release, nsh = num(a), num(a + 1)
+  local shits = a + 2
   a = shits + 2 * nsh
   local nf, fgen = num(a), num(a + 1)
   local floors = a + 2
   local sfloor = window_state(args[floors + nf])
   a = floors + nf + 1
-  if share <= 0 or share > 1 then share = 1 end
-  if nrep < 1 then nrep = 1 end
 
   local rec = load(key, nw)
   local st = rec.st
@@ -271,7 +297,7 @@ end
 
 -- main syncs the keys of one call, replica argv[1], at one Redis TIME.
 local function main(keys, argv)
-  now, args = clock(), argv
+  now, args, rules = clock(), argv, {}
   mine, myshare = 'r:' .. argv[1], 's:' .. argv[1]
   if #keys > 1 then
     seen, seen_units, seen_exp, seen_w = {}, {}, {}, {}
