@@ -182,27 +182,25 @@ end
 
 -- rules are the rules the call's keys gave so far, in order: the
 -- fields of the arguments (rule_at) and the windows, each with its
--- current epoch at the call's TIME. Nothing writes to a rule once read.
+-- current epoch at the call's TIME; false for a call of one key. Nothing
+-- writes to a rule once read.
 local rules
 
 -- rule_at reads the rule whose arguments start at args[a] and returns it
 -- and where the key's own arguments start.
 local function rule_at(a)
-  local r = {alg = num(a)}
-  local nw = num(a + 1)
+  local ra, nw = num(a), num(a + 1)
   local ws = {}
   a = a + 2
   for i = 1, nw do
     local p = tonum(args[a])
-    ws[i] = {p = p, limit = tonum(args[a + 1]), cap = r.alg == BUCKET and tonum(args[a + 2]) or 0, e = idiv(now, p)}
+    ws[i] = {p = p, limit = tonum(args[a + 1]), cap = ra == BUCKET and tonum(args[a + 2]) or 0, e = idiv(now, p)}
     a = a + 3
   end
-  r.ws = ws
-  r.share, r.nrep, r.lease, r.se = num4(a)
-  r.sharers, r.nnext = num(a + 4), num(a + 5)
-  if r.share <= 0 or r.share > 1 then r.share = 1 end
-  if r.nrep < 1 then r.nrep = 1 end
-  return r, a + 6
+  local share, nrep, lease, se = num4(a)
+  if share <= 0 or share > 1 then share = 1 end
+  if nrep < 1 then nrep = 1 end
+  return {alg = ra, ws = ws, share = share, nrep = nrep, lease = lease, se = se, sharers = num(a + 4), nnext = num(a + 5)}, a + 6
 end
 
 -- sync applies the item whose arguments start at args[a] to key and
@@ -211,7 +209,7 @@ local function sync(key, a)
   local ref, rule = num(a), nil
   if ref == 0 then
     rule, a = rule_at(a + 1)
-    rules[#rules + 1] = rule
+    if rules then rules[#rules + 1] = rule end
   else
     rule, a = rules[ref], a + 1
   end
@@ -297,12 +295,12 @@ end
 
 -- main syncs the keys of one call, replica argv[1], at one Redis TIME.
 local function main(keys, argv)
-  now, args, rules = clock(), argv, {}
+  now, args = clock(), argv
   mine, myshare = 'r:' .. argv[1], 's:' .. argv[1]
   if #keys > 1 then
-    seen, seen_units, seen_exp, seen_w = {}, {}, {}, {}
+    seen, seen_units, seen_exp, seen_w, rules = {}, {}, {}, {}, {}
   else
-    seen = false
+    seen, rules = false, false
   end
   local replies, a = {}, 2
   for k = 1, #keys do
