@@ -112,3 +112,22 @@ func TestRateArgsRules(t *testing.T) {
 		}
 	}
 }
+
+// BenchmarkRateCalls builds the calls of a round of 100 keys of one rule
+// with static shares, one hit each, as a replica's sync round does.
+func BenchmarkRateCalls(b *testing.B) {
+	s := New(redis.NewClient(&redis.Options{}), "svc")
+	items := make([]limiter.SyncItem, 100)
+	for i := range items {
+		items[i] = limiter.SyncItem{Key: fmt.Sprint("user=", i), Windows: []limiter.Window{{Limit: 100, Period: time.Minute}},
+			Want: 10, Share: 1, Replicas: 4, Lease: 3 * time.Second, ShareEpoch: 29000000, Sharers: 4, SharersNext: 4,
+			Hits: []limiter.Hit{{At: 1764950000000000 + int64(i), N: 1}}}
+	}
+	b.ReportAllocs()
+	for b.Loop() {
+		calls, _ := s.rateCalls("replica-0", items)
+		if len(calls) != 4 {
+			b.Fatal(len(calls))
+		}
+	}
+}
