@@ -180,14 +180,13 @@ local function lift(rec, ws, floors, nf, fgen)
   rec.base, rec.bdirty = b, true
 end
 
--- rules are the rules the call's keys gave so far, in order: the
--- fields of the arguments (rule_at) and the windows, each with its
--- current epoch at the call's TIME; false for a call of one key. Nothing
--- writes to a rule once read.
+-- rules are the rules the call's keys gave so far, in order, each a list
+-- of rule_at's fields (the windows with their current epoch at the call's
+-- TIME); false for a call of one key. Nothing writes to a rule once read.
 local rules
 
--- rule_at reads the rule whose arguments start at args[a] and returns it
--- and where the key's own arguments start.
+-- rule_at reads the rule whose arguments start at args[a] and returns
+-- its fields and where the key's own arguments start.
 local function rule_at(a)
   local ra, nw = num(a), num(a + 1)
   local ws = {}
@@ -200,22 +199,21 @@ local function rule_at(a)
   local share, nrep, lease, se = num4(a)
   if share <= 0 or share > 1 then share = 1 end
   if nrep < 1 then nrep = 1 end
-  return {alg = ra, ws = ws, share = share, nrep = nrep, lease = lease, se = se, sharers = num(a + 4), nnext = num(a + 5)}, a + 6
+  return ra, ws, share, nrep, lease, se, num(a + 4), num(a + 5), a + 6
 end
 
 -- sync applies the item whose arguments start at args[a] to key and
 -- returns its reply and where the next item's arguments start.
 local function sync(key, a)
-  local ref, rule = num(a), nil
+  local ref = num(a)
+  local ws, share, nrep, lease, se, sharers, nnext
   if ref == 0 then
-    rule, a = rule_at(a + 1)
-    if rules then rules[#rules + 1] = rule end
+    alg, ws, share, nrep, lease, se, sharers, nnext, a = rule_at(a + 1)
+    if rules then rules[#rules + 1] = {alg, ws, share, nrep, lease, se, sharers, nnext} end
   else
-    rule, a = rules[ref], a + 1
+    alg, ws, share, nrep, lease, se, sharers, nnext = unpack(rules[ref])
+    a = a + 1
   end
-  alg = rule.alg
-  local ws, share, nrep, lease = rule.ws, rule.share, rule.nrep, rule.lease
-  local se, sharers, nnext = rule.se, rule.sharers, rule.nnext
   local nw = #ws
   local unused, want, waiting, denied = num4(a)
   local nh = num(a + 4)
