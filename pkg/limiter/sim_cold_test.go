@@ -1,7 +1,6 @@
 package limiter_test
 
 import (
-	"context"
 	"fmt"
 	"testing"
 	"testing/synctest"
@@ -22,13 +21,8 @@ import (
 // StoreTimeout (10 ms) + 180 ms.
 func TestSimFirstRequestLateRound(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		ctx, cancel := context.WithCancel(context.Background())
 		store := limitertest.NewFaultyStore(memstore.New(nil))
-		ls, wg := runReplicas(ctx, store, "a", "b")
-		defer func() {
-			cancel()
-			wg.Wait()
-		}()
+		ls := runReplicas(t, store, "a", "b")
 		time.Sleep(2 * time.Second) // both have joined; the first minute has no sharers
 		rule := perMinute(100)
 		key := func(i int) []byte { return []byte(fmt.Sprintf("user=%d|%s", i, rule.Fingerprint())) }

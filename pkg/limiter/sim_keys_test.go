@@ -531,11 +531,8 @@ func TestSimSharedAlwaysCharge(t *testing.T) {
 		store := memstore.New(nil)
 		rule := &limiter.Rule{Algorithm: limiter.FixedWindow, AlwaysCharge: true,
 			Windows: []limiter.Window{{Limit: 10, Period: time.Hour}}}
-		ctx, cancel := context.WithCancel(context.Background())
-		ls, wg := runReplicas(ctx, store, "a", "b")
+		ls := runReplicas(t, store, "a", "b")
 		a, b := ls[0], ls[1]
-		defer wg.Wait()
-		defer cancel()
 		key := []byte("k|" + rule.Fingerprint())
 		out := make([]limiter.Result, 1)
 		decide := func(l *limiter.Limiter, op limiter.Op, hits uint64) bool {

@@ -177,8 +177,7 @@ func TestSimStoreHangs(t *testing.T) {
 // to both replicas for the rest of the minute.
 func TestSimRefundElsewhere(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		ctx, cancel := context.WithCancel(context.Background())
-		ls, wg := runReplicas(ctx, memstore.New(nil), "a", "b")
+		ls := runReplicas(t, memstore.New(nil), "a", "b")
 		a, b := ls[0], ls[1]
 		// The first minute that begins a lease after both joined.
 		time.Sleep(time.Until(time.Now().Truncate(time.Minute).Add(time.Minute)))
@@ -211,22 +210,25 @@ func TestSimRefundElsewhere(t *testing.T) {
 		if d := time.Since(start); d > time.Second {
 			t.Errorf("b admitted %v after the refund, want within quietInterval", d)
 		}
-		cancel()
-		wg.Wait()
 	})
 }
 
-// runReplicas starts a Limiter on store for each name, run until ctx
-// ends; wait on the WaitGroup for them to stop.
-func runReplicas(ctx context.Context, store limiter.Store, names ...string) ([]*limiter.Limiter, *sync.WaitGroup) {
+// runReplicas starts a Limiter on store for each name, run until t's
+// cleanup, which stops them and waits for them to end.
+func runReplicas(t *testing.T, store limiter.Store, names ...string) []*limiter.Limiter {
+	ctx, cancel := context.WithCancel(context.Background())
 	var wg sync.WaitGroup
+	t.Cleanup(func() {
+		cancel()
+		wg.Wait()
+	})
 	ls := make([]*limiter.Limiter, len(names))
 	for i, name := range names {
 		l := limiter.New(limiter.WithStore(store, name))
 		ls[i] = l
 		wg.Go(func() { l.Run(ctx) })
 	}
-	return ls, &wg
+	return ls
 }
 
 // TestSimOutageAfterShareSync: replica a spends 45 of its static share
@@ -238,13 +240,8 @@ func runReplicas(ctx context.Context, store limiter.Store, names ...string) ([]*
 // reached 123 of 100 (the soak's pause minute reached 125).
 func TestSimOutageAfterShareSync(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		ctx, cancel := context.WithCancel(context.Background())
 		store := limitertest.NewFaultyStore(memstore.New(nil))
-		ls, wg := runReplicas(ctx, store, "a", "b")
-		defer func() {
-			cancel()
-			wg.Wait()
-		}()
+		ls := runReplicas(t, store, "a", "b")
 		a, b := ls[0], ls[1]
 		// The first minute that begins a lease after both joined.
 		time.Sleep(time.Until(time.Now().Truncate(time.Minute).Add(time.Minute)))
