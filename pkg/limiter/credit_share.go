@@ -110,6 +110,16 @@ func (e *engine) sharers(start, now int64) int {
 	return e.sharerCount(start)
 }
 
+// goneOf is Membership.Gone for an epoch that began at start (store µs),
+// from the registry as last heard: what a sync tells the store.
+func (e *engine) goneOf(start int64) []string {
+	mv := e.members.Load()
+	if mv == nil {
+		return nil
+	}
+	return mv.m.Gone(start, lease)
+}
+
 // spendShare admits n units from key cs's static share; a dry run only
 // reports whether they fit. Too near an epoch's boundary to know which
 // epoch the store would count the units in, it admits nothing and says
@@ -121,8 +131,11 @@ func (e *engine) spendShare(cs *creditState, n, now int64, dry bool) (bool, int6
 	}
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
-	if cs.orphan.Load() {
-		return false, 0 // swept: the key's new state holds its share
+	if cs.orphan.Load() || e.closing.Load() {
+		// swept: the key's new state holds its share; closing: the final
+		// push may have taken the share's hits, and the store will count
+		// no unreported share of a replica that left (SyncItem.Gone)
+		return false, 0
 	}
 	slack := e.clockErr.Load()/1000 + 1 // before the offset (learnClock)
 	snow := e.storeNow(now)

@@ -88,6 +88,7 @@ func (e *engine) prepare(cs *creditState, now int64) SyncItem {
 		cs.share.takeShare(&it, snow, cs.ws[0], e.sharers(snow/p*p, now) > 0)
 		it.ShareEpoch = snow / p
 		it.Sharers, it.SharersNext = e.sharerCount(it.ShareEpoch*p), e.sharerCount((it.ShareEpoch+1)*p)
+		it.Gone = e.goneOf(it.ShareEpoch * p)
 	}
 	cs.flying = 0
 	for _, hs := range [][]Hit{it.Hits, it.ShareHits} {

@@ -68,7 +68,13 @@
 // the key syncs for another reason and at shutdown. A crash loses them
 // from the store's counts, not from its budget: the crashed replica's
 // share stays reserved until its window ends, so the limit holds across
-// a rolling restart. n counts the replicas that joined the registry a
+// a rolling restart. A replica that stops pushes its share hits, releases
+// the shares it spent from, and only once the store has them leaves the
+// registry (Store.Leave); the store then counts no share of it that no
+// record reports (SyncItem.Gone), so a deployment of one replica,
+// replaced in the middle of a window, does not deny its successor the
+// keys it never saw. One whose last push failed does not leave: it is
+// counted as a crashed one. n counts the replicas that joined the registry a
 // lease before the epoch began and were live when it began
 // (Membership.Sharers): every replica counts the same n, a newcomer holds
 // no share of an epoch that began less than a lease after it joined, and

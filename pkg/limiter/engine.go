@@ -111,11 +111,13 @@ type engine struct {
 	// feedPushed: the store's feed is read by followFeed, not polled.
 	feedPushed atomic.Bool
 	joined     atomic.Int64 // store µs of this replica's first heartbeat
-	activeMu   sync.Mutex
-	active     []*creditState // keys that synced and have not gone idle since (scanDue)
-	contMu     sync.Mutex
-	contended  map[string]*contention // keys other replicas need the shares of
-	contN      atomic.Int64           // len(contended), read without contMu by new keys
+	// closing: the final push has begun; no share admits more (shutdown).
+	closing   atomic.Bool
+	activeMu  sync.Mutex
+	active    []*creditState // keys that synced and have not gone idle since (scanDue)
+	contMu    sync.Mutex
+	contended map[string]*contention // keys other replicas need the shares of
+	contN     atomic.Int64           // len(contended), read without contMu by new keys
 	// windows holds each rule's windows in the store's unit (storeWindows),
 	// shared by the rule's keys; cleared when it holds maxRuleWindows.
 	windows    sync.Map // *Rule → []Window

@@ -1,6 +1,9 @@
 package limiter
 
-import "time"
+import (
+	"slices"
+	"time"
+)
 
 // Static shares, the store's side. A rule of one fixed window gives each
 // of the n replicas that may hold a share of the window's current epoch
@@ -17,9 +20,10 @@ import "time"
 // the store has already left behind by more than one counts every unit
 // as held (no grant).
 //
-// A replica with no share record counts S; one with a record counts S
-// less the share hits it pushed (its State); nothing through the epochs
-// of which it released its share. A record with no share hits and no
+// A replica with no share record counts S, or nothing if it left by
+// Leave (SyncItem.Gone: it pushed every share hit first); one with a
+// record counts S less the share hits it pushed (its State); nothing
+// through the epochs of which it released its share. A record with no share hits and no
 // release in the current epoch counts as no record: it may be left from
 // an epoch its replica held a share of and this one it holds none of,
 // and must not stand for a sharer's unreported share. Shares are counted
@@ -109,7 +113,10 @@ func (r *KeyRecord) chargeShares(replica string, it *SyncItem, ws []Window, now 
 	size := ShareSize(w, it.Share, n)
 	sw := Window{Limit: size, Period: w.Period}
 	h := heldShares{returns: maxExact, carry: epoch == it.ShareEpoch && it.SharersNext == it.Sharers}
-	active := 0
+	active, gone := 0, 0
+	if epoch == it.ShareEpoch {
+		gone = distinct(it.Gone)
+	}
 	for id, rec := range r.Shares {
 		rec.State.Roll(sw, now)
 		if rec.State.Cur == 0 && rec.Released < epoch {
@@ -118,6 +125,9 @@ func (r *KeyRecord) chargeShares(replica string, it *SyncItem, ws []Window, now 
 			continue
 		}
 		active++
+		if gone > 0 && epoch == it.ShareEpoch && slices.Contains(it.Gone, id) {
+			gone-- // a gone sharer's record counts as any other
+		}
 		left := rec.State.Remaining(sw, it.Algorithm, now)
 		if rec.Released >= epoch {
 			h.released = satAdd(h.released, left)
@@ -129,9 +139,20 @@ func (r *KeyRecord) chargeShares(replica string, it *SyncItem, ws []Window, now 
 			h.own = left
 		}
 	}
-	unreported := uint64(max(n-active, 0))
+	unreported := uint64(max(n-active-gone, 0))
 	h.all = satAdd(h.all, satMul(unreported, size))
 	return h
+}
+
+// distinct counts the distinct names in names.
+func distinct(names []string) int {
+	n := 0
+	for i, x := range names {
+		if !slices.Contains(names[:i], x) {
+			n++
+		}
+	}
+	return n
 }
 
 // shareExpiry is when a reservation of units lapses: now + lease; the

@@ -3,6 +3,7 @@ package limiter
 import (
 	"context"
 	"errors"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -33,8 +34,10 @@ type Store interface {
 	// Release drops replica's reservations on keys and its slots on
 	// slotKeys (shutdown, idle hand-back).
 	Release(ctx context.Context, replica string, keys, slotKeys []string) error
-	// Leave ends replica's lease now. The registry remembers it for the
-	// windows it may hold a share of (Membership.Members).
+	// Leave ends replica's lease now, after it pushed its last share hits
+	// and released its shares: the registry remembers it for the windows
+	// it may hold a share of (Membership.Members), marked as gone, so a
+	// share of it that no record reports holds nothing (SyncItem.Gone).
 	Leave(ctx context.Context, replica string) error
 	// Contention returns the keys other replicas than replica published
 	// since cursor (empty: from now on) and the cursor to read from next.
@@ -67,6 +70,14 @@ type Member struct {
 	// Caller marks the calling replica's own entries, the live one and
 	// its earlier incarnations.
 	Caller bool
+	// Name is the replica's name (an earlier incarnation's too), the one
+	// its share records are kept under.
+	Name string
+	// Left marks an incarnation that ended by Leave: it had pushed every
+	// share hit and released its shares, so it holds no share it has not
+	// reported, and an incarnation of the same name that joins later does
+	// not take its shares over.
+	Left bool
 }
 
 // PastIncarnation is the registry id under which a store keeps the
@@ -92,7 +103,7 @@ func (m Membership) holds(start int64, lease time.Duration) bool {
 	}
 	lu := int64(lease / time.Microsecond)
 	for _, x := range m.Members {
-		if x.Caller && x.Joined <= start-lu && (x.Expires > start || x.Joined == m.Joined) {
+		if x.Caller && !x.Left && x.Joined <= start-lu && (x.Expires > start || x.Joined == m.Joined) {
 			return true
 		}
 	}
@@ -117,6 +128,34 @@ func (m Membership) Sharers(start int64, lease time.Duration) int {
 		}
 	}
 	return n
+}
+
+// Gone lists the names of the sharers of a window that began at start
+// (Sharers) that left by Leave, and of no other sharer of it: each
+// reported every share hit before it left, so the store counts a share
+// of one that no record of the key reports as holding nothing
+// (SyncItem.Gone). Nil when there are none, or the registry no longer
+// reaches back to start.
+func (m Membership) Gone(start int64, lease time.Duration) []string {
+	if start <= m.Since {
+		return nil
+	}
+	lu := int64(lease / time.Microsecond)
+	var gone []string
+	for _, x := range m.Members {
+		if x.Left && x.Joined <= start-lu && x.Expires > start && !slices.Contains(gone, x.Name) {
+			gone = append(gone, x.Name)
+		}
+	}
+	for _, x := range m.Members {
+		if len(gone) > 0 && !x.Left && x.Joined <= start-lu && x.Expires > start {
+			gone = slices.DeleteFunc(gone, func(n string) bool { return n == x.Name })
+		}
+	}
+	if len(gone) == 0 {
+		return nil
+	}
+	return gone
 }
 
 // Hit is a number of units admitted at an instant (store clock, Unix µs).
@@ -159,6 +198,10 @@ type SyncItem struct {
 	// zero means none.
 	ShareEpoch           int64
 	Sharers, SharersNext int
+	// Gone names sharers of epoch ShareEpoch that left the registry by
+	// Leave (Membership.Gone): in that epoch, the store counts the share
+	// of one with no record that reports it as holding nothing.
+	Gone []string
 	// ShareHits are units admitted from the replica's static share. They
 	// are charged to the window like Hits and to the replica's share
 	// record.

@@ -381,32 +381,49 @@ func maxPeriod(r *Rule) time.Duration {
 }
 
 // shutdown pushes every hit and hands every reservation back, then leaves
-// the registry.
+// the registry. It leaves (Store.Leave) only once the store has every
+// share hit: the store then counts no unreported share of this replica
+// (SyncItem.Gone). Without the push, or with share hits pushed ahead into
+// the next epoch (an admit within the clock's uncertainty of a boundary,
+// which the next epoch counts this replica a sharer of only while its
+// lease runs), its lease just ends, as a crashed replica's does.
 func (e *engine) shutdown() {
 	ctx, cancel := context.WithTimeout(context.Background(), roundTimeout)
 	defer cancel()
+	e.closing.Store(true)
 	var items []SyncItem
 	var keys []string
 	now := e.now()
+	snow := e.storeNow(now)
+	clean := true
 	e.keys.eachCredit(func(_ *entry, cs *creditState) {
 		cs.mu.Lock()
 		defer cs.mu.Unlock()
 		it := SyncItem{Key: cs.key, Algorithm: cs.rule.Algorithm, Windows: cs.rule.Windows,
 			Replicas: int(e.replicas.Load()), Lease: lease}
-		it.Hits = cs.pushHits(cs.hits.Swap(0), e.storeNow(now))
-		cs.share.takeShare(&it, e.storeNow(now), cs.ws[0], false)
+		it.Hits = cs.pushHits(cs.hits.Swap(0), snow)
+		cs.share.takeShare(&it, snow, cs.ws[0], false)
+		for _, h := range it.ShareHits {
+			if p := int64(cs.ws[0].Period); h.At/p > snow/p {
+				clean = false
+			}
+		}
 		items = append(items, it)
 		keys = append(keys, cs.key)
 	})
 	if len(items) > 0 {
 		if err := e.store.Sync(ctx, e.replica, items, make([]SyncResult, len(items))); err != nil {
 			e.log.Warn("final push failed", "err", err, "keys", len(items))
+			clean = false
 		}
 	}
 	if slotKeys := e.slotKeys(); len(keys) > 0 || len(slotKeys) > 0 {
 		if err := e.store.Release(ctx, e.replica, keys, slotKeys); err != nil {
 			e.log.Warn("releasing reservations failed", "err", err)
 		}
+	}
+	if !clean {
+		return
 	}
 	if err := e.store.Leave(ctx, e.replica); err != nil {
 		e.log.Warn("leaving the registry failed", "err", err)

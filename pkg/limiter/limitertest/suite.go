@@ -76,6 +76,7 @@ var suiteCases = []struct {
 	{"ShareRelease", testShareRelease},
 	{"ShareEpochs", testShareEpochs},
 	{"Members", testMembers},
+	{"GoneShares", testGoneShares},
 	{"Contention", testContention},
 	{"WaitContention", testWaitContention},
 }

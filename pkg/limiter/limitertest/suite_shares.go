@@ -235,7 +235,7 @@ func testMembers(t *testing.T, st limiter.Store) {
 			// A store on a fixed clock lists members with equal instants;
 			// the caller flag orders them too.
 			return cmp.Or(cmp.Compare(x.Joined, y.Joined), cmp.Compare(x.Expires, y.Expires),
-				cmp.Compare(b2i(x.Caller), b2i(y.Caller)))
+				cmp.Compare(b2i(x.Caller), b2i(y.Caller)), cmp.Compare(x.Name, y.Name))
 		})
 	}
 	members := func(what string, m limiter.Membership, want ...limiter.Member) {
@@ -246,11 +246,11 @@ func testMembers(t *testing.T, st limiter.Store) {
 		expect(t, what+": since", m.Since, 0)
 	}
 	a1 := heartbeat(t, st, "a", time.Minute)
-	members("a joined", a1, limiter.Member{Joined: a1.Now, Expires: a1.Now + minute, Caller: true})
+	members("a joined", a1, limiter.Member{Joined: a1.Now, Expires: a1.Now + minute, Caller: true, Name: "a"})
 	b1 := heartbeat(t, st, "b", 2*time.Minute)
 	a2 := heartbeat(t, st, "a", time.Minute)
-	members("a renewed", a2, limiter.Member{Joined: a1.Now, Expires: a2.Now + minute, Caller: true},
-		limiter.Member{Joined: b1.Now, Expires: b1.Now + 2*minute})
+	members("a renewed", a2, limiter.Member{Joined: a1.Now, Expires: a2.Now + minute, Caller: true, Name: "a"},
+		limiter.Member{Joined: b1.Now, Expires: b1.Now + 2*minute, Name: "b"})
 
 	ctx := context.Background()
 	if err := st.Leave(ctx, "b"); err != nil {
@@ -269,6 +269,8 @@ func testMembers(t *testing.T, st limiter.Store) {
 		}
 	}
 	expect(t, "b's joined instant after it left", left.Joined, b1.Now)
+	expect(t, "b marked as left", left.Left, true)
+	expect(t, "b's name", left.Name, "b")
 	if left.Expires < a2.Now || left.Expires > a3.Now {
 		t.Fatalf("b's lease ends at %d, want its leave, in [%d, %d]", left.Expires, a2.Now, a3.Now)
 	}
@@ -278,13 +280,26 @@ func testMembers(t *testing.T, st limiter.Store) {
 	expect(t, "replicas after b returned", b2.Replicas, 2)
 	expect(t, "b's own joined instant after it returned", b2.Joined, b2.Now)
 	expect(t, "a's own joined instant", a3.Joined, a1.Now)
-	members("b returned", b2, limiter.Member{Joined: a1.Now, Expires: a3.Now + minute},
-		limiter.Member{Joined: b1.Now, Expires: left.Expires, Caller: true},
-		limiter.Member{Joined: b2.Now, Expires: b2.Now + minute, Caller: true})
+	members("b returned", b2, limiter.Member{Joined: a1.Now, Expires: a3.Now + minute, Name: "a"},
+		limiter.Member{Joined: b1.Now, Expires: left.Expires, Caller: true, Name: "b", Left: true},
+		limiter.Member{Joined: b2.Now, Expires: b2.Now + minute, Caller: true, Name: "b"})
 	a4 := heartbeat(t, st, "a", time.Minute)
-	members("a after b returned", a4, limiter.Member{Joined: a1.Now, Expires: a4.Now + minute, Caller: true},
-		limiter.Member{Joined: b1.Now, Expires: left.Expires},
-		limiter.Member{Joined: b2.Now, Expires: b2.Now + minute})
+	members("a after b returned", a4, limiter.Member{Joined: a1.Now, Expires: a4.Now + minute, Caller: true, Name: "a"},
+		limiter.Member{Joined: b1.Now, Expires: left.Expires, Name: "b", Left: true},
+		limiter.Member{Joined: b2.Now, Expires: b2.Now + minute, Name: "b"})
+
+	// A lease that ended on its own is no leave: c's stays unmarked.
+	c1 := heartbeat(t, st, "c", time.Millisecond)
+	sleepPast(c1.Now, c1.Now+1000)
+	if err := st.Leave(ctx, "c"); err != nil {
+		t.Fatal(err)
+	}
+	a5 := heartbeat(t, st, "a", time.Minute)
+	for _, m := range a5.Members {
+		if m.Name == "c" && m.Left {
+			t.Fatalf("c left after its lease had ended: %+v, want it unmarked", m)
+		}
+	}
 }
 
 // testContention: a contended sync publishes its key to the other

@@ -14,6 +14,7 @@ import (
 	"fmt"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -201,7 +202,7 @@ func (s *Store) Heartbeat(ctx context.Context, replica string, lease time.Durati
 			// listed, so the epochs it held shares of keep their count.
 			s.replicas[limiter.PastIncarnation(replica, m.Joined)] = m
 		}
-		m.Joined = now // new, or back after its lease ended
+		m.Joined, m.Left = now, false // new, or back after its lease ended
 	}
 	m.Expires = now + int64(lease/time.Microsecond)
 	s.replicas[replica] = m
@@ -212,6 +213,7 @@ func (s *Store) Heartbeat(ctx context.Context, replica string, lease time.Durati
 			out.Replicas++
 		}
 		m.Caller = limiter.IncarnationOf(id, replica)
+		m.Name, _, _ = strings.Cut(id, "\x00")
 		out.Members = append(out.Members, m)
 	}
 	out.Replicas = max(out.Replicas, 1)
@@ -268,15 +270,17 @@ func (s *Store) Release(ctx context.Context, replica string, keys, slotKeys []st
 	return nil
 }
 
-// Leave ends replica's lease now; the registry remembers it (forget).
+// Leave ends replica's lease now, marking it as gone (Member.Left); the
+// registry remembers it (forget). A replica whose lease has ended is left
+// as it is: it is gone already, and may have missed pushes.
 func (s *Store) Leave(ctx context.Context, replica string) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if m, ok := s.replicas[replica]; ok {
-		m.Expires = min(m.Expires, s.now())
+	if m, ok := s.replicas[replica]; ok && m.Expires > s.now() {
+		m.Expires, m.Left = s.now(), true
 		s.replicas[replica] = m
 	}
 	return nil

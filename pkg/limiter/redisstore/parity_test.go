@@ -85,7 +85,11 @@ func TestParity(t *testing.T) {
 	wg.Wait()
 	t.Logf("%d sequences, %d operations, %d script loads; replies: %d window rolls, %d weighted sliding windows, %d with credit, %d with others' reservations, %d pressed",
 		n, ops.Load(), loads.n.Load(), sum.rolls, sum.weighted, sum.granted, sum.others, sum.pressed)
-	t.Logf("floors of an earlier generation: %d items; items of a rule an earlier item of their call gave: %d", sum.lifted, sum.ruleRefs)
+	t.Logf("floors of an earlier generation: %d items; items of a rule an earlier item of their call gave: %d; naming gone sharers: %d",
+		sum.lifted, sum.ruleRefs, sum.gone)
+	if sum.gone == 0 && !failed.Load() {
+		t.Error("no item named a gone sharer: Gone went untested")
+	}
 	if sum.ruleRefs == 0 && !failed.Load() {
 		t.Error("no call named a rule an earlier item gave")
 	}
@@ -336,7 +340,7 @@ func (p *parity) sameRule(items []limiter.SyncItem) {
 	for _, e := range items[:len(items)-1] {
 		if e.Algorithm == it.Algorithm && reflect.DeepEqual(e.Windows, it.Windows) && p.rng.IntN(2) == 0 {
 			it.Share, it.Replicas, it.Lease = e.Share, e.Replicas, e.Lease
-			it.ShareEpoch, it.Sharers, it.SharersNext = e.ShareEpoch, e.Sharers, e.SharersNext
+			it.ShareEpoch, it.Sharers, it.SharersNext, it.Gone = e.ShareEpoch, e.Sharers, e.SharersNext, e.Gone
 			p.tally.ruleRefs++
 			return
 		}
@@ -392,6 +396,7 @@ type tally struct {
 	shared, shareHits, releases, held, contended, epochEnd, feed, members int64
 	lifted                                                                int64 // items with a floor of an earlier generation
 	ruleRefs                                                              int64 // items given an earlier item's rule in their call
+	gone                                                                  int64 // items naming sharers that left (SyncItem.Gone)
 }
 
 func (t *tally) add(o tally) {
@@ -402,6 +407,7 @@ func (t *tally) add(o tally) {
 	t.pressed += o.pressed
 	t.lifted += o.lifted
 	t.ruleRefs += o.ruleRefs
+	t.gone += o.gone
 	t.shared += o.shared
 	t.shareHits += o.shareHits
 	t.releases += o.releases
@@ -510,6 +516,12 @@ func (p *parity) shares(it *limiter.SyncItem, r limiter.Rule, key string) {
 	it.SharersNext = it.Sharers
 	if p.rng.IntN(3) == 0 {
 		it.SharersNext = p.rng.IntN(6)
+	}
+	if p.rng.IntN(3) == 0 { // sharers that left: some with records, some twice, some not sharers at all
+		for range 1 + p.rng.IntN(3) {
+			it.Gone = append(it.Gone, p.pick(p.ids))
+		}
+		p.tally.gone++
 	}
 	if p.rng.IntN(4) == 0 { // past every epoch's end: credit from released shares lapses first
 		it.Lease = 25 * time.Hour

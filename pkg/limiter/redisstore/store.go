@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -198,7 +199,10 @@ func (ra *rateArgs) add(it *limiter.SyncItem) {
 		ra.args = append(ra.args, micros(w.Period), clampU(w.Limit), clampU(w.Capacity(it.Algorithm)))
 	}
 	ra.args = append(ra.args, strconv.FormatFloat(shareOf(it), 'g', -1, 64), max(it.Replicas, 1), micros(it.Lease),
-		clampI(it.ShareEpoch), clampI(int64(it.Sharers)), clampI(int64(it.SharersNext)))
+		clampI(it.ShareEpoch), clampI(int64(it.Sharers)), clampI(int64(it.SharersNext)), len(it.Gone))
+	for _, g := range it.Gone {
+		ra.args = append(ra.args, g)
+	}
 	ra.appendKeyArgs(it)
 }
 
@@ -214,7 +218,7 @@ func shareOf(it *limiter.SyncItem) float64 {
 func sameRule(a, b *limiter.SyncItem) bool {
 	if a.Algorithm != b.Algorithm || shareOf(a) != shareOf(b) || max(a.Replicas, 1) != max(b.Replicas, 1) ||
 		micros(a.Lease) != micros(b.Lease) || a.ShareEpoch != b.ShareEpoch || a.Sharers != b.Sharers ||
-		a.SharersNext != b.SharersNext || len(a.Windows) != len(b.Windows) {
+		a.SharersNext != b.SharersNext || len(a.Windows) != len(b.Windows) || !slices.Equal(a.Gone, b.Gone) {
 		return false
 	}
 	for i, w := range a.Windows {
@@ -361,18 +365,52 @@ func (s *Store) Heartbeat(ctx context.Context, replica string, lease time.Durati
 	if err != nil {
 		return limiter.Membership{}, wrap("heartbeat", err)
 	}
-	v, err := cmds[0].Int64Slice()
-	if err == nil && (len(v) < 4 || (len(v)-4)%3 != 0) {
-		err = fmt.Errorf("%d values", len(v))
-	}
+	m, err := membership(cmds[0])
 	if err != nil {
 		return limiter.Membership{}, fmt.Errorf("redisstore: heartbeat: reply: %w", err)
 	}
-	m := limiter.Membership{Replicas: int(max(v[1], 1)), Now: v[0], Since: v[2], Joined: v[3], Members: make([]limiter.Member, 0, (len(v)-4)/3)}
-	for i := 4; i < len(v); i += 3 {
-		m.Members = append(m.Members, limiter.Member{Joined: v[i], Expires: v[i+1], Caller: v[i+2] == 1})
+	return m, nil
+}
+
+// membership reads heartbeat.lua's reply: four numbers, then per member
+// three numbers and its registry id.
+func membership(cmd *redis.Cmd) (limiter.Membership, error) {
+	v, err := cmd.Slice()
+	if err == nil && (len(v) < 4 || (len(v)-4)%4 != 0) {
+		err = fmt.Errorf("%d values", len(v))
+	}
+	if err != nil {
+		return limiter.Membership{}, err
+	}
+	var n [4]int64
+	for i := range n {
+		if n[i], err = int64Of(v[i]); err != nil {
+			return limiter.Membership{}, err
+		}
+	}
+	m := limiter.Membership{Replicas: int(max(n[1], 1)), Now: n[0], Since: n[2], Joined: n[3], Members: make([]limiter.Member, 0, (len(v)-4)/4)}
+	for i := 4; i < len(v); i += 4 {
+		var x [3]int64
+		for j := range x {
+			if x[j], err = int64Of(v[i+j]); err != nil {
+				return limiter.Membership{}, err
+			}
+		}
+		id, ok := v[i+3].(string)
+		if !ok {
+			return limiter.Membership{}, fmt.Errorf("member id: %T", v[i+3])
+		}
+		name, _, _ := strings.Cut(id, "\x00")
+		m.Members = append(m.Members, limiter.Member{Joined: x[0], Expires: x[1], Caller: x[2]&1 != 0, Left: x[2]&2 != 0, Name: name})
 	}
 	return m, nil
+}
+
+func int64Of(v any) (int64, error) {
+	if n, ok := v.(int64); ok {
+		return n, nil
+	}
+	return 0, fmt.Errorf("%T, not an integer", v)
 }
 
 // Release drops replica's reservations on keys and its slots on slotKeys,
@@ -396,8 +434,8 @@ func (s *Store) Release(ctx context.Context, replica string, keys, slotKeys []st
 	return nil
 }
 
-// Leave ends replica's lease now; the registry remembers it until a
-// heartbeat forgets it.
+// Leave ends replica's lease now and marks it as gone (Member.Left); the
+// registry remembers it until a heartbeat forgets it.
 func (s *Store) Leave(ctx context.Context, replica string) error {
 	_, err := s.leave(ctx, replica)
 	return err
@@ -405,7 +443,7 @@ func (s *Store) Leave(ctx context.Context, replica string) error {
 
 // leave is Leave, returning the store clock's instant it applied at.
 func (s *Store) leave(ctx context.Context, replica string) (int64, error) {
-	cmds, err := s.evalRound(ctx, leaveScript, []call{{keys: []string{s.keys.registry()}, args: []any{replica}}})
+	cmds, err := s.evalRound(ctx, leaveScript, []call{{keys: []string{s.keys.registry(), s.keys.joined()}, args: []any{replica}}})
 	if err != nil {
 		return 0, wrap("leave", err)
 	}

@@ -8,12 +8,17 @@
 --            (a replica back after its lease ended joins again; its
 --            earlier incarnation stays a member, id <id>\0<joined>, so
 --            a window that began while it was live keeps counting it)
+--            g:<id>  the lease end at which replica id left by leave.lua
+--                    (Member.Left); it marks only the incarnation whose
+--                    lease ends then, not one that joined again (as a
+--                    replica of a version that does not move the mark
+--                    does)
 --            since   the latest lease end the registry forgot, µs
 --                    (absent: 0)
 -- ARGV     replica, lease(µs)
 -- Reply    now, live replicas (at least 1), since, when replica joined,
---          then per member: joined, expires, 1 for replica's own
---          incarnations (else 0)
+--          then per member: joined, expires, flags (1: one of replica's
+--          own incarnations; 2: it left by leave.lua), id
 --
 -- The registry remembers a replica RETAIN after its lease ends, at most
 -- MAXMEMBERS of them: it lists every replica whose lease ended after
@@ -40,6 +45,11 @@ else
     local past = replica .. '\0' .. was
     redis.call('ZADD', reg, score, past)
     redis.call('HSET', meta, 'j:' .. past, was)
+    local left = redis.call('HGET', meta, 'g:' .. replica)
+    if left then
+      redis.call('HDEL', meta, 'g:' .. replica)
+      redis.call('HSET', meta, 'g:' .. past, left)
+    end
   end
   redis.call('HSET', meta, joined, fmt(now))
 end
@@ -58,6 +68,7 @@ if drop > 0 then
   local fields = {}
   for i = 1, #gone, 2 do
     fields[#fields + 1] = 'j:' .. gone[i]
+    fields[#fields + 1] = 'g:' .. gone[i]
   end
   since = math.max(since, tonumber(gone[#gone]))
   redis.call('ZREMRANGEBYRANK', reg, 0, drop - 1)
@@ -72,14 +83,20 @@ if #members > 0 then
   local fields = {}
   for i = 1, #members, 2 do
     fields[#fields + 1] = 'j:' .. members[i]
+    fields[#fields + 1] = 'g:' .. members[i]
   end
-  local joins = redis.call('HMGET', meta, unpack(fields))
+  local meta_of = redis.call('HMGET', meta, unpack(fields))
   local own = replica .. '\0'
-  for i = 1, #fields do
+  for i = 1, #members / 2 do
     local id = members[2 * i - 1]
-    out[#out + 1] = (joins[i] and tonumber(joins[i])) or 0
+    local joins = meta_of[2 * i - 1]
+    out[#out + 1] = (joins and tonumber(joins)) or 0
     out[#out + 1] = tonumber(members[2 * i])
-    out[#out + 1] = (id == replica or string.sub(id, 1, #own) == own) and 1 or 0
+    local flags = (id == replica or string.sub(id, 1, #own) == own) and 1 or 0
+    local left = meta_of[2 * i]
+    if left and tonumber(left) == tonumber(members[2 * i]) then flags = flags + 2 end
+    out[#out + 1] = flags
+    out[#out + 1] = id
   end
 end
 return out

@@ -20,7 +20,8 @@
 --          the call gave, or 0 and the rule: algorithm (0 fixed, 1
 --          sliding, 2 token bucket), n windows, then per window:
 --          period(µs) limit capacity; share, replicas, lease(µs), share
---          epoch (0: no shares), sharers, sharers of the next epoch. The
+--          epoch (0: no shares), sharers, sharers of the next epoch, n
+--          gone, then per gone sharer of the epoch its name. The
 --          key's fields: unused, want, waiting, denied, n hits, then per
 --          hit: at(µs) units (negative: a refund); release(µs, 0: none),
 --          n share hits, then per share hit: at(µs) units; n floors (0 or
@@ -55,12 +56,14 @@ end
 -- arguments start at args[h]) and its release in its share record, drops
 -- the records that no longer count, and returns what
 -- the shares hold of the window (heldShares) for an item of share epoch
--- se and sharers n, nn: all unreported shares, this replica's own, the
+-- se and sharers n, nn, with gone the share fields of the sharers of se
+-- that left by leave.lua (a set; gone.n its size), whose shares count as
+-- nothing without an active record (SyncItem.Gone): all unreported shares, this replica's own, the
 -- part released through the current epoch, when the first of those
 -- releases ends, and whether a reservation may outlive the epoch
 -- (carry); then whether the rule has static shares (sharesOf; if not,
 -- the rest are zero).
-local function charge_shares(rec, ws, se, n, nn, share, h, nsh, release, sfloor)
+local function charge_shares(rec, ws, se, n, nn, gone, share, h, nsh, release, sfloor)
   local has = se > 0 and #ws == 1 and alg == FIXED
   if not has and nsh == 0 and release == 0 then return 0, 0, 0, 0, false, false end
   local w = ws[1]
@@ -95,8 +98,9 @@ local function charge_shares(rec, ws, se, n, nn, share, h, nsh, release, sfloor)
     end
   end
   if not has then return 0, 0, 0, 0, false, false end
+  local ng = gone.n -- gone sharers without an active record
   if epoch == se + 1 then
-    n = nn
+    n, ng = nn, 0
   elseif epoch ~= se then -- an epoch the item does not know the sharers of
     return MAXEXACT, 0, 0, MAXEXACT, false, true
   end
@@ -110,6 +114,7 @@ local function charge_shares(rec, ws, se, n, nn, share, h, nsh, release, sfloor)
     -- none: with the unreported shares.
     if s.cur > 0 or r.rel >= epoch then
       active = active + 1
+      if ng > 0 and gone[f] then ng = ng - 1 end
       local left = satsub(size, s.cur) -- remaining of a fixed window of size
       if r.rel >= epoch then
         released = satadd(released, left)
@@ -121,7 +126,7 @@ local function charge_shares(rec, ws, se, n, nn, share, h, nsh, release, sfloor)
     end
   end
   -- The unreported shares: S each of the sharers without an active record.
-  all = satadd(all, min(max(n - active, 0) * size, MAXEXACT))
+  all = satadd(all, min(max(n - active - ng, 0) * size, MAXEXACT))
   return all, own, released, returns, epoch == se and nn == n, true
 end
 
@@ -199,19 +204,28 @@ local function rule_at(a)
   local share, nrep, lease, se = num4(a)
   if share <= 0 or share > 1 then share = 1 end
   if nrep < 1 then nrep = 1 end
-  return ra, ws, share, nrep, lease, se, num(a + 4), num(a + 5), a + 6
+  local ng = num(a + 6)
+  local gone = {n = 0}
+  for i = 1, ng do
+    local f = 's:' .. args[a + 6 + i]
+    if not gone[f] then
+      gone[f] = true
+      gone.n = gone.n + 1
+    end
+  end
+  return ra, ws, share, nrep, lease, se, num(a + 4), num(a + 5), gone, a + 7 + ng
 end
 
 -- sync applies the item whose arguments start at args[a] to key and
 -- returns its reply and where the next item's arguments start.
 local function sync(key, a)
   local ref = num(a)
-  local ws, share, nrep, lease, se, sharers, nnext
+  local ws, share, nrep, lease, se, sharers, nnext, gone
   if ref == 0 then
-    alg, ws, share, nrep, lease, se, sharers, nnext, a = rule_at(a + 1)
-    if rules then rules[#rules + 1] = {alg, ws, share, nrep, lease, se, sharers, nnext} end
+    alg, ws, share, nrep, lease, se, sharers, nnext, gone, a = rule_at(a + 1)
+    if rules then rules[#rules + 1] = {alg, ws, share, nrep, lease, se, sharers, nnext, gone} end
   else
-    alg, ws, share, nrep, lease, se, sharers, nnext = unpack(rules[ref])
+    alg, ws, share, nrep, lease, se, sharers, nnext, gone = unpack(rules[ref])
     a = a + 1
   end
   local nw = #ws
@@ -238,7 +252,7 @@ local function sync(key, a)
   charge(st, ws, hits, nh)
   charge(st, ws, shits, nsh)
   local held, ownheld, released, returns, carry, has =
-    charge_shares(rec, ws, se, sharers, nnext, share, shits, nsh, release, sfloor)
+    charge_shares(rec, ws, se, sharers, nnext, gone, share, shits, nsh, release, sfloor)
 
   -- A sliding window is pressed for its shortest period from a report of
   -- requests waiting or denied.
