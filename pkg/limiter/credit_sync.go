@@ -292,6 +292,11 @@ func (e *engine) apply(cs *creditState, r *SyncResult) {
 		// published: ask again soon rather than deny on this view, and
 		// let the waiters wait for it.
 		cs.releasing.Store(now + int64(contentionWait))
+		if r.Held > 0 {
+			// A holder may be a replica that just left: a fresh copy of
+			// the registry names it gone (SyncItem.Gone).
+			e.beatSoon.Store(true)
+		}
 		interval = min(interval, tick)
 		cs.refill = true
 		e.enqueue(cs)

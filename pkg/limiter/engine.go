@@ -112,7 +112,10 @@ type engine struct {
 	feedPushed atomic.Bool
 	joined     atomic.Int64 // store µs of this replica's first heartbeat
 	// closing: the final push has begun; no share admits more (shutdown).
-	closing   atomic.Bool
+	closing atomic.Bool
+	// beatSoon asks the upkeep loop for a heartbeat before its time: a
+	// round found its key contended by shares others hold unreported.
+	beatSoon  atomic.Bool
 	activeMu  sync.Mutex
 	active    []*creditState // keys that synced and have not gone idle since (scanDue)
 	contMu    sync.Mutex

@@ -28,11 +28,16 @@ import (
 //     never leaves), its share of every key stays reserved until the
 //     minute ends: it may have admitted all of it. The new replica admits
 //     none of a key in that minute, and all of it in the next.
+//   - The same, the new replica started before the old one stops (a
+//     surge): the new one's requests right after the old one left are
+//     not denied while its copy of the registry is a heartbeat old; a
+//     round that finds the key's budget held by unreported shares asks
+//     for a heartbeat at once, which names the old replica gone.
 //   - Stopped, but its last push failed (the store answers its Leave): it
 //     does not leave, so the store goes on counting its share, as for a
 //     replica killed.
 func TestSimRestartOneReplica(t *testing.T) {
-	for _, how := range []string{"graceful", "killed", "push failed"} {
+	for _, how := range []string{"graceful", "surge", "killed", "push failed"} {
 		t.Run(how, func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) { simRestartOne(t, how) })
 		})
@@ -92,16 +97,25 @@ func simRestartOne(t *testing.T, how string) {
 	case "push failed":
 		store.on.Store(true)
 	}
+	var l []*limiter.Limiter
+	if how == "surge" {
+		l = runReplicas(t, store, "new")
+		time.Sleep(2 * time.Second)
+		if got, _ := admit(l[0], key(2), 1); got != 1 {
+			t.Errorf("new replica beside the old one: key 2 denied; want it admitted once the old one releases its share")
+		}
+	}
 	cancel()
 	wg.Wait()
-
-	l := runReplicas(t, store, "new")
-	time.Sleep(2 * time.Second)
+	if how != "surge" {
+		l = runReplicas(t, store, "new")
+		time.Sleep(2 * time.Second)
+	}
 	if !time.Now().Truncate(time.Minute).Equal(minute) {
 		t.Fatal("the restart crossed the minute")
 	}
 	want0, want1 := 40, 100
-	if how != "graceful" {
+	if how == "killed" || how == "push failed" {
 		want0, want1 = 0, 0
 	}
 	got0, modes0 := admit(l[0], key(0), 100)

@@ -12,10 +12,13 @@ import (
 const (
 	heartbeatEvery = time.Second
 	startupBeat    = 100 * time.Millisecond // heartbeat period in a replica's first second
-	lease          = 3 * time.Second
-	quietInterval  = time.Second // sync period of a quiet key
-	roundTimeout   = time.Second // bound on one background round trip
-	tick           = 10 * time.Millisecond
+	// contendedBeat is the least time between heartbeats asked for by a
+	// key that waits for other replicas' shares (engine.beatSoon).
+	contendedBeat = 100 * time.Millisecond
+	lease         = 3 * time.Second
+	quietInterval = time.Second // sync period of a quiet key
+	roundTimeout  = time.Second // bound on one background round trip
+	tick          = 10 * time.Millisecond
 	// contentionEvery is how often the contention feed is polled when the
 	// store cannot wait on it (FeedWaiter): a key another replica needs
 	// is released within it and a round.
@@ -163,7 +166,11 @@ func (e *engine) runUpkeep(ctx context.Context) {
 		// A store back from an outage is heard from at once: the registry
 		// it keeps may be new (a store back empty), and the sharers a
 		// round counts come from the copy heard last.
-		if now-lastBeat >= every || e.backAt.Load() > lastBeat {
+		// So is a registry that may have changed under a contended key: a
+		// share it waits for may be a replica's that has left.
+		soon := e.beatSoon.Load() && now-lastBeat >= int64(contendedBeat)
+		if now-lastBeat >= every || e.backAt.Load() > lastBeat || soon {
+			e.beatSoon.Store(false)
 			e.heartbeat(ctx)
 			lastBeat = now
 		}
