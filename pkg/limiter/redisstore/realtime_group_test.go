@@ -141,6 +141,12 @@ func (g *rtGroup) add() *rtReplica {
 // shutdown pushes, releases and leaves nothing, and sent no more traffic.
 func (g *rtGroup) kill(r *rtReplica) {
 	r.faulty.Partition(r.name, true)
+	g.retire(r)
+}
+
+// retire sends r no more traffic and stops it, as a process told to stop:
+// it pushes its hits, releases and leaves the registry.
+func (g *rtGroup) retire(r *rtReplica) {
 	g.mu.Lock()
 	live := slices.DeleteFunc(slices.Clone(*g.live.Load()), func(x *rtReplica) bool { return x == r })
 	g.live.Store(&live)
@@ -149,7 +155,7 @@ func (g *rtGroup) kill(r *rtReplica) {
 	select {
 	case <-r.done:
 	case <-time.After(15 * time.Second):
-		g.t.Errorf("%s did not stop within 15s of its kill", r.name)
+		g.t.Errorf("%s did not stop within 15s", r.name)
 	}
 }
 
