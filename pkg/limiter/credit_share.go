@@ -93,6 +93,14 @@ func (e *engine) sharerCount(start int64) int {
 	return mv.m.Sharers(start, lease)
 }
 
+// registryFresh reports whether this replica's copy of the registry is
+// young enough (lease less a heartbeat) for every replica to count the
+// same sharers from it.
+func (e *engine) registryFresh(now int64) bool {
+	mv := e.members.Load()
+	return mv != nil && now-mv.at <= int64(lease-heartbeatEvery)
+}
+
 // sharers is n for an epoch that began at start if this replica holds a
 // share of it, else 0: the registry counts one of its incarnations among
 // the epoch's sharers (a replica back after its lease ended still holds
@@ -100,10 +108,10 @@ func (e *engine) sharerCount(start int64) int {
 // holds none while its copy of the registry is too old for every replica
 // to count the same n.
 func (e *engine) sharers(start, now int64) int {
-	mv := e.members.Load()
-	if mv == nil || now-mv.at > int64(lease-heartbeatEvery) {
+	if !e.registryFresh(now) {
 		return 0
 	}
+	mv := e.members.Load()
 	if j := e.joined.Load(); j == 0 || j+int64(lease/time.Microsecond) > start && !mv.m.holds(start, lease) {
 		return 0
 	}

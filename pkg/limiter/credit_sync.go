@@ -89,6 +89,13 @@ func (e *engine) prepare(cs *creditState, now int64) SyncItem {
 		it.ShareEpoch = snow / p
 		it.Sharers, it.SharersNext = e.sharerCount(it.ShareEpoch*p), e.sharerCount((it.ShareEpoch+1)*p)
 		it.Gone = e.goneOf(it.ShareEpoch * p)
+		if !e.registryFresh(now) {
+			// No copy of the registry young enough to count the sharers
+			// as the others do (the first heartbeat failed, or the last
+			// few): an epoch the store has left behind makes it count
+			// the whole window as held, and grant nothing.
+			it.ShareEpoch = max(it.ShareEpoch-2, 1)
+		}
 	}
 	cs.flying = 0
 	for _, hs := range [][]Hit{it.Hits, it.ShareHits} {

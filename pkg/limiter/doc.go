@@ -74,7 +74,11 @@
 // record reports (SyncItem.Gone), so a deployment of one replica,
 // replaced in the middle of a window, does not deny its successor the
 // keys it never saw. One whose last push failed does not leave: it is
-// counted as a crashed one. n counts the replicas that joined the registry a
+// counted as a crashed one. A replica whose copy of the registry is
+// older than a lease less a heartbeat (its first heartbeats failed)
+// cannot count the sharers as the others do: it holds no share, and the
+// store grants its rounds nothing of a rule with shares until a
+// heartbeat succeeds. n counts the replicas that joined the registry a
 // lease before the epoch began and were live when it began
 // (Membership.Sharers): every replica counts the same n, a newcomer holds
 // no share of an epoch that began less than a lease after it joined, and

@@ -129,3 +129,51 @@ func simRestartOne(t *testing.T, how string) {
 		t.Errorf("new replica, the minute after: key 1 %d admitted (modes %v); want 100", got, modes)
 	}
 }
+
+// failingBeats fails the heartbeats of one replica.
+type failingBeats struct {
+	limiter.Store
+	replica string
+}
+
+func (f *failingBeats) Heartbeat(ctx context.Context, r string, lease time.Duration) (limiter.Membership, error) {
+	if r == f.replica {
+		return limiter.Membership{}, fmt.Errorf("heartbeat failed: %w", limiter.ErrStoreUnavailable)
+	}
+	return f.Store.Heartbeat(ctx, r, lease)
+}
+
+// TestSimNoRegistryNoShares: replica a, alone, holds the whole minute as
+// its static share and admitted 60 of key 0 from it, unreported. Replica
+// b starts, and its heartbeats fail while its rounds reach the store: it
+// has no copy of the registry to count a's share by. Its rounds must not
+// be granted what a's share holds: the minute admits at most 100.
+func TestSimNoRegistryNoShares(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		store := &failingBeats{Store: memstore.New(nil), replica: "b"}
+		rule := perMinute(100)
+		key := []byte("user=0|" + rule.Fingerprint())
+		ls := runReplicas(t, store, "a")
+		time.Sleep(time.Until(time.Now().Truncate(time.Minute).Add(time.Minute + 10*time.Second)))
+		minute := time.Now().Truncate(time.Minute)
+		out := make([]limiter.Result, 1)
+		admit := func(l *limiter.Limiter, n int) int {
+			got := 0
+			for range n {
+				if ok, _ := l.Decide([]limiter.Request{{Key: key, Rule: rule}}, out); ok {
+					got++
+				}
+				time.Sleep(10 * time.Millisecond)
+			}
+			return got
+		}
+		got := admit(ls[0], 60)
+		got += admit(runReplicas(t, store, "b")[0], 100)
+		if !time.Now().Truncate(time.Minute).Equal(minute) {
+			t.Fatal("the test crossed the minute")
+		}
+		if got > 100 {
+			t.Errorf("the minute admitted %d of 100: b's rounds were granted a's unreported share", got)
+		}
+	})
+}

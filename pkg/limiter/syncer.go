@@ -424,16 +424,18 @@ func (e *engine) shutdown() {
 			clean = false
 		}
 	}
+	// Leave before the release of the reservations: the others wait for
+	// the shares this replica held, not for its credit, which lapses
+	// within a lease anyway.
+	if clean {
+		if err := e.store.Leave(ctx, e.replica); err != nil {
+			e.log.Warn("leaving the registry failed", "err", err)
+		}
+	}
 	if slotKeys := e.slotKeys(); len(keys) > 0 || len(slotKeys) > 0 {
 		if err := e.store.Release(ctx, e.replica, keys, slotKeys); err != nil {
 			e.log.Warn("releasing reservations failed", "err", err)
 		}
-	}
-	if !clean {
-		return
-	}
-	if err := e.store.Leave(ctx, e.replica); err != nil {
-		e.log.Warn("leaving the registry failed", "err", err)
 	}
 }
 
