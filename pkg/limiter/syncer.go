@@ -18,7 +18,11 @@ const (
 	lease         = 3 * time.Second
 	quietInterval = time.Second // sync period of a quiet key
 	roundTimeout  = time.Second // bound on one background round trip
-	tick          = 10 * time.Millisecond
+	// shutdownTimeout bounds the final push: every key at once, on a
+	// store that may be busy, well within the 30 s Kubernetes gives a
+	// process told to stop by default.
+	shutdownTimeout = 5 * time.Second
+	tick            = 10 * time.Millisecond
 	// contentionEvery is how often the contention feed is polled when the
 	// store cannot wait on it (FeedWaiter): a key another replica needs
 	// is released within it and a round.
@@ -395,7 +399,7 @@ func maxPeriod(r *Rule) time.Duration {
 // which the next epoch counts this replica a sharer of only while its
 // lease runs), its lease just ends, as a crashed replica's does.
 func (e *engine) shutdown() {
-	ctx, cancel := context.WithTimeout(context.Background(), roundTimeout)
+	ctx, cancel := context.WithTimeout(context.Background(), shutdownTimeout)
 	defer cancel()
 	e.closing.Store(true)
 	var items []SyncItem
