@@ -122,7 +122,7 @@ func (e *engine) releases(now int64) []SyncItem {
 			}
 			continue
 		}
-		if x.released == epoch || e.sharers(epoch*p, now) == 0 {
+		if x.released == epoch || e.sharers(epoch*p, p, now) == 0 {
 			continue // released, or no share of this epoch to release
 		}
 		if ent := e.keys.get([]byte(key)); ent != nil {

@@ -157,12 +157,15 @@ func (e *engine) creditDecide(res *Result, cs *creditState, r *Request, hits uin
 	if ok, at := e.spendShare(cs, n, now, false); ok {
 		e.viewResult(res, cs, now, true, 0)
 		return
-	} else if at > 0 && at-now <= int64(r.Rule.Tuning.storeTimeout()) {
+	} else if at > 0 && at-now <= int64(r.Rule.Tuning.storeTimeout()) && !cs.share.founding.Load() {
 		// Within the clock's uncertainty of a boundary, which the store
 		// cannot help with, and the share of one of the two epochs is
 		// spent: wait until the epoch is known.
 		time.Sleep(time.Duration(at - now))
 		e.creditDecide(res, cs, r, hits, e.now(), dry)
+		return
+	} else if at > 0 && e.awaitFounders(cs, n, at, now, r.Rule) {
+		e.viewResult(res, cs, e.now(), true, 0)
 		return
 	}
 	if now < cs.deniedTo.Load() {

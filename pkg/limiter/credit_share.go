@@ -56,6 +56,7 @@ type shareState struct {
 	mu       sync.Mutex
 	state    WindowState // this replica's share admits, in store µs
 	epoch    int64       // the epoch size and sharers were reckoned for
+	recheck  int64       // store µs to reckon them again at: a founding epoch's founders known (0: none)
 	size     uint64      // S for epoch; 0: no share this epoch
 	sharers  int         // n for epoch
 	pending  []Hit       // share hits not yet pushed
@@ -67,6 +68,9 @@ type shareState struct {
 	nextEpoch int64
 	// release asks the next sync to release the current epoch's share.
 	release atomic.Bool
+	// founding: the last spend found a founding epoch whose founders are
+	// not known yet (registry.go); a request waits for them.
+	founding atomic.Bool
 }
 
 // shareable reports whether rule's keys hold static shares: rules of one
@@ -83,14 +87,15 @@ type memberView struct {
 	at int64
 }
 
-// sharerCount is n for an epoch that began at start (store µs), from the
-// registry as last heard: what a sync tells the store to count.
-func (e *engine) sharerCount(start int64) int {
+// sharerCount is n for an epoch that began at start of a window of period
+// (both store µs), from the registry as last heard: what a sync tells the
+// store to count.
+func (e *engine) sharerCount(start, period int64) int {
 	mv := e.members.Load()
 	if mv == nil {
 		return 0
 	}
-	return mv.m.Sharers(start, lease)
+	return mv.m.Sharers(start, period, lease)
 }
 
 // registryFresh reports whether this replica's copy of the registry is
@@ -107,25 +112,35 @@ func (e *engine) registryFresh(now int64) bool {
 // its shares of the epochs its earlier incarnation was counted in). It
 // holds none while its copy of the registry is too old for every replica
 // to count the same n.
-func (e *engine) sharers(start, now int64) int {
+func (e *engine) sharers(start, period, now int64) int {
 	if !e.registryFresh(now) {
 		return 0
 	}
 	mv := e.members.Load()
-	if j := e.joined.Load(); j == 0 || j+int64(lease/time.Microsecond) > start && !mv.m.holds(start, lease) {
+	if j := e.joined.Load(); j == 0 || j+int64(lease/time.Microsecond) > start && !mv.m.holds(start, period, lease) {
 		return 0
 	}
-	return e.sharerCount(start)
+	return e.sharerCount(start, period)
 }
 
-// goneOf is Membership.Gone for an epoch that began at start (store µs),
-// from the registry as last heard: what a sync tells the store.
-func (e *engine) goneOf(start int64) []string {
+// goneOf is Membership.Gone for an epoch of period that began at start
+// (store µs), from the registry as last heard: what a sync tells the
+// store.
+func (e *engine) goneOf(start, period int64) []string {
 	mv := e.members.Load()
 	if mv == nil {
 		return nil
 	}
-	return mv.m.Gone(start, lease)
+	return mv.m.Gone(start, period, lease)
+}
+
+// foundersDue is Membership.foundersDue from the registry as last heard.
+func (e *engine) foundersDue(start, period int64) int64 {
+	mv := e.members.Load()
+	if mv == nil {
+		return 0
+	}
+	return mv.m.foundersDue(start, period, lease)
 }
 
 // spendShare admits n units from key cs's static share; a dry run only
@@ -156,11 +171,13 @@ func (e *engine) spendShare(cs *creditState, n, now int64, dry bool) (bool, int6
 		}
 		return false, now + ((snow+slack)/p*p+slack-snow)*1000
 	}
-	if ep != sh.epoch {
-		sh.epoch, sh.sharers = ep, e.sharers(ep*p, now)
-		sh.size = 0
-		if sh.sharers > 0 {
+	if ep != sh.epoch || sh.recheck != 0 && snow >= sh.recheck {
+		sh.epoch, sh.sharers = ep, e.sharers(ep*p, p, now)
+		sh.size, sh.recheck = 0, 0
+		if sh.sharers != 0 {
 			sh.size = ShareSize(w, cs.rule.Tuning.share(), sh.sharers)
+		} else {
+			sh.recheck = e.foundersDue(ep*p, p)
 		}
 	}
 	size := sh.size
@@ -168,9 +185,17 @@ func (e *engine) spendShare(cs *creditState, n, now int64, dry bool) (bool, int6
 		size = 0
 	}
 	if size == 0 {
+		if sh.recheck != 0 && sh.released < ep {
+			// A founding epoch whose founders this replica's copy of the
+			// registry does not list all of yet: known in a moment.
+			sh.founding.Store(true)
+			return false, max(e.localOf(sh.recheck), now+int64(tick))
+		}
+		sh.founding.Store(false)
 		sh.none.Store(e.localOf((ep + 1) * p))
 		return false, 0
 	}
+	sh.founding.Store(false)
 	sw := Window{Limit: size, Period: w.Period}
 	sh.roll(sw, snow)
 	if sh.state.Wait(sw, cs.rule.Algorithm, snow, uint64(n)) != 0 {
@@ -417,4 +442,24 @@ func (e *engine) initShare(sh *shareState, key string) {
 		sh.released = x.released // a bare release of this epoch went out
 	}
 	e.contMu.Unlock()
+}
+
+// awaitFounders waits, for a request on a key of a founding epoch whose
+// founders this replica does not know yet (spendShare said when it
+// will, at), until they are, at most StoreTimeout + coldRoundWait, and
+// reports whether the share then admitted it. The founders are known
+// within foundingSpan and a startup heartbeat of the first join: the
+// wait spares the request a round whose credit the founders' half
+// leaves short.
+func (e *engine) awaitFounders(cs *creditState, n, at, now int64, rule *Rule) bool {
+	deadline := now + int64(rule.Tuning.storeTimeout()+coldRoundWait)
+	for at > 0 && at <= deadline && cs.share.founding.Load() {
+		time.Sleep(time.Duration(at - now))
+		now = e.now()
+		var ok bool
+		if ok, at = e.spendShare(cs, n, now, false); ok {
+			return true
+		}
+	}
+	return false
 }

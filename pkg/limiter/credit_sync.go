@@ -85,10 +85,10 @@ func (e *engine) prepare(cs *creditState, now int64) SyncItem {
 	}
 	if cs.share != nil {
 		p := int64(cs.ws[0].Period)
-		cs.share.takeShare(&it, snow, cs.ws[0], e.sharers(snow/p*p, now) > 0)
+		cs.share.takeShare(&it, snow, cs.ws[0], e.sharers(snow/p*p, p, now) != 0)
 		it.ShareEpoch = snow / p
-		it.Sharers, it.SharersNext = e.sharerCount(it.ShareEpoch*p), e.sharerCount((it.ShareEpoch+1)*p)
-		it.Gone = e.goneOf(it.ShareEpoch * p)
+		it.Sharers, it.SharersNext = e.sharerCount(it.ShareEpoch*p, p), e.sharerCount((it.ShareEpoch+1)*p, p)
+		it.Gone = e.goneOf(it.ShareEpoch*p, p)
 		if !e.registryFresh(now) {
 			// No copy of the registry young enough to count the sharers
 			// as the others do (the first heartbeat failed, or the last

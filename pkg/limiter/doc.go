@@ -83,12 +83,20 @@
 // (Membership.Sharers): every replica counts the same n, a newcomer holds
 // no share of an epoch that began less than a lease after it joined, and
 // a replica that left stays counted for the epochs it was live in, so no
-// share grows within an epoch. When requests on one replica wait for
-// budget other replicas hold as shares, the store publishes the key with
-// the instant it found it contended; the others release their share of
-// that instant's epoch (not of a later one they read it in), epoch by
-// epoch while it stays contended, and the key is shared by credit alone. Sliding windows,
-// token buckets and rules of several windows are shared by credit alone.
+// share grows within an epoch. An epoch of a window of 10 s or more that
+// no replica joined a lease before (a fresh deployment's first minute)
+// is founding: nobody wrote to it before the first replica joined since,
+// and the replicas that joined within foundingSpan (100 ms) of that one,
+// its founders, hold half of it between them, ⌊L/2⌋/m each (registry.go),
+// so a key's first request is decided locally even then; the other half
+// is credit's. A founder's request in the moment before it knows the
+// founders waits for them, at most StoreTimeout + coldRoundWait. When
+// requests on one replica wait for budget other replicas hold as shares,
+// the store publishes the key with the instant it found it contended;
+// the others release their share of that instant's epoch (not of a later
+// one they read it in), epoch by epoch while it stays contended, and the
+// key is shared by credit alone. Sliding windows, token buckets and rules
+// of several windows are shared by credit alone.
 //
 // A store that loses its state (Redis restarted without persistence, or
 // failed over to a copy that missed writes) gets the counts back from the

@@ -268,12 +268,18 @@ const MaxExact = 1<<53 - 1
 // maxExact is MaxExact under the name the package's own code uses.
 const maxExact = MaxExact
 
+// clampShare is share, 1 unless in (0, 1].
+func clampShare(share float64) float64 {
+	if !(share > 0 && share <= 1) { // NaN too
+		return 1
+	}
+	return share
+}
+
 // splitShare is ⌊share · free / n⌋ with share clamped to (0, 1] (zero
 // means 1) and n at least 1.
 func splitShare(free uint64, share float64, n int) uint64 {
-	if !(share > 0 && share <= 1) { // NaN too
-		share = 1
-	}
+	share = clampShare(share)
 	n = max(n, 1)
 	return uint64(math.Floor(share*float64(free))) / uint64(n)
 }

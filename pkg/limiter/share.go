@@ -48,8 +48,14 @@ func sharesOf(it *SyncItem) bool {
 }
 
 // ShareSize is each replica's static share of window w when n replicas
-// may hold one: ⌊share·Limit/n⌋, share as SyncItem.Share.
-func ShareSize(w Window, share float64, n int) uint64 { return splitShare(w.Limit, share, n) }
+// may hold one: ⌊share·Limit/n⌋, share as SyncItem.Share; for a founding
+// epoch (n = −m, registry.go) ⌊share·Limit/2⌋/m.
+func ShareSize(w Window, share float64, n int) uint64 {
+	if n < 0 { // a founding epoch: its founders' shares hold half
+		return splitShare(w.Limit, clampShare(share)/2, -n)
+	}
+	return splitShare(w.Limit, share, n)
+}
 
 // heldShares is what a key's static shares hold of its window at an
 // instant: all unreported shares, the caller's own, the part released
@@ -139,9 +145,16 @@ func (r *KeyRecord) chargeShares(replica string, it *SyncItem, ws []Window, now 
 			h.own = left
 		}
 	}
-	unreported := uint64(max(n-active-gone, 0))
+	unreported := uint64(max(abs(n)-active-gone, 0))
 	h.all = satAdd(h.all, satMul(unreported, size))
 	return h
+}
+
+func abs(n int) int {
+	if n < 0 {
+		return -n
+	}
+	return n
 }
 
 // distinct counts the distinct names in names.

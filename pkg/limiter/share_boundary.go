@@ -55,7 +55,7 @@ func (e *engine) shareSize(cs *creditState, epoch, now int64) uint64 {
 		return 0
 	}
 	w := cs.ws[0]
-	n := e.sharers(epoch*int64(w.Period), now)
+	n := e.sharers(epoch*int64(w.Period), int64(w.Period), now)
 	if n == 0 {
 		return 0
 	}

@@ -3,9 +3,6 @@ package limiter
 import (
 	"context"
 	"errors"
-	"slices"
-	"strconv"
-	"strings"
 	"time"
 )
 
@@ -46,117 +43,6 @@ type Store interface {
 
 // ErrStoreUnavailable wraps store errors that mean "cannot be reached".
 var ErrStoreUnavailable = errors.New("store unavailable")
-
-// Membership is the registry's answer to a heartbeat.
-type Membership struct {
-	Replicas int   // live replicas, at least 1
-	Now      int64 // store clock, Unix µs
-	// Members lists every replica whose lease ended after Since, live
-	// ones included, in no order: enough to count the replicas that may
-	// hold a share of any window that began after Since (Sharers).
-	Members []Member
-	Since   int64
-	// Joined is when the caller joined: first, or again after its lease
-	// had ended.
-	Joined int64
-}
-
-// Member is one replica in the registry: when it first joined and when
-// its lease ends (store clock, Unix µs). A replica back after its lease
-// ended is a new member; its earlier incarnation stays listed, so a
-// window that began while it was a member keeps counting it.
-type Member struct {
-	Joined, Expires int64
-	// Caller marks the calling replica's own entries, the live one and
-	// its earlier incarnations.
-	Caller bool
-	// Name is the replica's name (an earlier incarnation's too), the one
-	// its share records are kept under.
-	Name string
-	// Left marks an incarnation that ended by Leave: it had pushed every
-	// share hit and released its shares, so it holds no share it has not
-	// reported, and an incarnation of the same name that joins later does
-	// not take its shares over.
-	Left bool
-}
-
-// PastIncarnation is the registry id under which a store keeps the
-// earlier incarnation of replica that joined at joined (store µs), once
-// replica joins again.
-func PastIncarnation(replica string, joined int64) string {
-	return replica + "\x00" + strconv.FormatInt(joined, 10)
-}
-
-// IncarnationOf reports whether registry id is replica or one of its
-// earlier incarnations (PastIncarnation).
-func IncarnationOf(id, replica string) bool {
-	rest, ok := strings.CutPrefix(id, replica)
-	return ok && (rest == "" || rest[0] == 0)
-}
-
-// holds reports whether the caller may hold a static share of a window
-// that began at start: one of its own incarnations is counted among the
-// window's sharers (Sharers).
-func (m Membership) holds(start int64, lease time.Duration) bool {
-	if start <= m.Since {
-		return false
-	}
-	lu := int64(lease / time.Microsecond)
-	for _, x := range m.Members {
-		if x.Caller && !x.Left && x.Joined <= start-lu && (x.Expires > start || x.Joined == m.Joined) {
-			return true
-		}
-	}
-	return false
-}
-
-// Sharers counts the replicas that may hold a static share of a window
-// that began at start (store clock, µs): those that joined at least a
-// lease before it and whose lease had not ended by then. Every replica
-// reading one registry counts the same, however stale its copy, as long
-// as the copy is younger than lease minus a heartbeat; it is 0 when the
-// registry no longer reaches back to start.
-func (m Membership) Sharers(start int64, lease time.Duration) int {
-	if start <= m.Since {
-		return 0
-	}
-	lu := int64(lease / time.Microsecond)
-	n := 0
-	for _, x := range m.Members {
-		if x.Joined <= start-lu && x.Expires > start {
-			n++
-		}
-	}
-	return n
-}
-
-// Gone lists the names of the sharers of a window that began at start
-// (Sharers) that left by Leave, and of no other sharer of it: each
-// reported every share hit before it left, so the store counts a share
-// of one that no record of the key reports as holding nothing
-// (SyncItem.Gone). Nil when there are none, or the registry no longer
-// reaches back to start.
-func (m Membership) Gone(start int64, lease time.Duration) []string {
-	if start <= m.Since {
-		return nil
-	}
-	lu := int64(lease / time.Microsecond)
-	var gone []string
-	for _, x := range m.Members {
-		if x.Left && x.Joined <= start-lu && x.Expires > start && !slices.Contains(gone, x.Name) {
-			gone = append(gone, x.Name)
-		}
-	}
-	for _, x := range m.Members {
-		if len(gone) > 0 && !x.Left && x.Joined <= start-lu && x.Expires > start {
-			gone = slices.DeleteFunc(gone, func(n string) bool { return n == x.Name })
-		}
-	}
-	if len(gone) == 0 {
-		return nil
-	}
-	return gone
-}
 
 // Hit is a number of units admitted at an instant (store clock, Unix µs).
 // A negative N is a refund.

@@ -11,7 +11,7 @@ import (
 // lasts lease; N counts the replicas whose lease is live.
 const (
 	heartbeatEvery = time.Second
-	startupBeat    = 100 * time.Millisecond // heartbeat period in a replica's first second
+	startupBeat    = 50 * time.Millisecond // heartbeat period in a replica's first second
 	// contendedBeat is the least time between heartbeats asked for by a
 	// key that waits for other replicas' shares (engine.beatSoon).
 	contendedBeat = 100 * time.Millisecond
@@ -164,7 +164,9 @@ func (e *engine) runUpkeep(ctx context.Context) {
 		if now-started < int64(heartbeatEvery) {
 			// Replicas that start together see each other only from
 			// their second heartbeat; until then N is too small and the
-			// first keys' credit too generous.
+			// first keys' credit too generous. And a founding epoch's
+			// founders are known from a copy of the registry taken
+			// foundingSpan after the first joined.
 			every = int64(startupBeat)
 		}
 		// A store back from an outage is heard from at once: the registry

@@ -77,6 +77,7 @@ var suiteCases = []struct {
 	{"ShareEpochs", testShareEpochs},
 	{"Members", testMembers},
 	{"GoneShares", testGoneShares},
+	{"FoundingShares", testFoundingShares},
 	{"Contention", testContention},
 	{"WaitContention", testWaitContention},
 }

@@ -85,8 +85,8 @@ func TestParity(t *testing.T) {
 	wg.Wait()
 	t.Logf("%d sequences, %d operations, %d script loads; replies: %d window rolls, %d weighted sliding windows, %d with credit, %d with others' reservations, %d pressed",
 		n, ops.Load(), loads.n.Load(), sum.rolls, sum.weighted, sum.granted, sum.others, sum.pressed)
-	t.Logf("floors of an earlier generation: %d items; items of a rule an earlier item of their call gave: %d; naming gone sharers: %d",
-		sum.lifted, sum.ruleRefs, sum.gone)
+	t.Logf("floors of an earlier generation: %d items; items of a rule an earlier item of their call gave: %d; naming gone sharers: %d; of founding epochs: %d",
+		sum.lifted, sum.ruleRefs, sum.gone, sum.founded)
 	if sum.gone == 0 && !failed.Load() {
 		t.Error("no item named a gone sharer: Gone went untested")
 	}
@@ -397,6 +397,7 @@ type tally struct {
 	lifted                                                                int64 // items with a floor of an earlier generation
 	ruleRefs                                                              int64 // items given an earlier item's rule in their call
 	gone                                                                  int64 // items naming sharers that left (SyncItem.Gone)
+	founded                                                               int64 // items of founding epochs (Sharers < 0)
 }
 
 func (t *tally) add(o tally) {
@@ -408,6 +409,7 @@ func (t *tally) add(o tally) {
 	t.lifted += o.lifted
 	t.ruleRefs += o.ruleRefs
 	t.gone += o.gone
+	t.founded += o.founded
 	t.shared += o.shared
 	t.shareHits += o.shareHits
 	t.releases += o.releases
@@ -512,10 +514,13 @@ func (p *parity) shares(it *limiter.SyncItem, r limiter.Rule, key string) {
 	default:
 		it.ShareEpoch = e
 	}
-	it.Sharers = p.rng.IntN(6)
+	it.Sharers = p.rng.IntN(9) - 3
 	it.SharersNext = it.Sharers
 	if p.rng.IntN(3) == 0 {
-		it.SharersNext = p.rng.IntN(6)
+		it.SharersNext = p.rng.IntN(9) - 3
+	}
+	if it.Sharers < 0 {
+		p.tally.founded++
 	}
 	if p.rng.IntN(3) == 0 { // sharers that left: some with records, some twice, some not sharers at all
 		for range 1 + p.rng.IntN(3) {
@@ -526,7 +531,7 @@ func (p *parity) shares(it *limiter.SyncItem, r limiter.Rule, key string) {
 	if p.rng.IntN(4) == 0 { // past every epoch's end: credit from released shares lapses first
 		it.Lease = 25 * time.Hour
 	}
-	size := limiter.ShareSize(w, it.Share, max(it.Sharers, 1))
+	size := limiter.ShareSize(w, it.Share, it.Sharers)
 	for range p.rng.IntN(4) {
 		var h limiter.Hit
 		switch p.rng.IntN(6) {

@@ -367,3 +367,36 @@ func TestRealtimeGracefulRestart(t *testing.T) {
 		t.Errorf("%d of the %d requests after the old replica stopped were denied, no key near its limit: its shares are held for it", deniedAfter, after)
 	}
 }
+
+// TestRealtimeFoundingMinute is the many-keys row in a fresh
+// deployment's first window: two replicas started together on an empty
+// redis-server, 20 000 keys under 100 per rtPeriod, 2 000 requests a
+// second over them for 2 s from a second after both count each other,
+// nearly every one a key's first. No replica joined a lease before the window began; the
+// two are its founders and hold half of it between them (registry.go),
+// so the first requests are decided locally: none denied, none waiting
+// for a round, no window over its limit. Before founding epochs every
+// one of them waited for a round.
+func TestRealtimeFoundingMinute(t *testing.T) {
+	rtSkipShort(t)
+	t.Parallel()
+	srv := redistest.Start(t)
+	rule := rtPer(100, rtPeriod)
+	w := rule.Windows[0]
+	g := rtGroupStart(t, srv.Addr, "realtime-founding", 2)
+	start := g.ready.Add(time.Second)
+	end := start.Add(2 * time.Second)
+	stalls := rtWatchStalls()
+	calls := g.run(rtTraffic{rule: rule, keys: rtKeys(rule, 20000), rate: 2000, callers: 16}, start, end)
+	stalls.close()
+	rtErrors(t, calls)
+	modes := rtModes(calls)
+	lat, _ := rtLatencies(calls)
+	t.Logf("%d requests; modes %v; decision latency: %s; scheduler: %v", len(calls), modes, lat, stalls)
+	g.logStats(t)
+	from := start.UnixNano() / int64(w.Period)
+	rtAssertWithin(t, calls, int(w.Limit), w.Period, from, end.UnixNano()/int64(w.Period)+1)
+	if waited := len(calls) - modes["local"]; waited > 0 {
+		t.Errorf("%d of %d requests were not decided locally: %v", waited, len(calls), modes)
+	}
+}

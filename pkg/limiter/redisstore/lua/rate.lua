@@ -20,7 +20,8 @@
 --          the call gave, or 0 and the rule: algorithm (0 fixed, 1
 --          sliding, 2 token bucket), n windows, then per window:
 --          period(µs) limit capacity; share, replicas, lease(µs), share
---          epoch (0: no shares), sharers, sharers of the next epoch, n
+--          epoch (0: no shares), sharers, sharers of the next epoch
+--          (−m: a founding epoch of m founders, ShareSize), n
 --          gone, then per gone sharer of the epoch its name. The
 --          key's fields: unused, want, waiting, denied, n hits, then per
 --          hit: at(µs) units (negative: a refund); release(µs, 0: none),
@@ -104,8 +105,14 @@ local function charge_shares(rec, ws, se, n, nn, gone, share, h, nsh, release, s
   elseif epoch ~= se then -- an epoch the item does not know the sharers of
     return MAXEXACT, 0, 0, MAXEXACT, false, true
   end
-  -- ShareSize; share is clamped to (0, 1].
-  local size = idiv(floor(share * w.limit), max(n, 1))
+  -- ShareSize; share is clamped to (0, 1]. A founding epoch's n is −m:
+  -- its m founders' shares hold half of it.
+  local size
+  if n < 0 then
+    size = idiv(floor(share / 2 * w.limit), -n)
+  else
+    size = idiv(floor(share * w.limit), max(n, 1))
+  end
   local all, own, released, returns, active = 0, 0, 0, MAXEXACT, 0
   for f, r in pairs(shares) do
     local s = {epoch = r.s.epoch, cur = r.s.cur, prev = r.s.prev, tat = r.s.tat}
@@ -126,7 +133,7 @@ local function charge_shares(rec, ws, se, n, nn, gone, share, h, nsh, release, s
     end
   end
   -- The unreported shares: S each of the sharers without an active record.
-  all = satadd(all, min(max(n - active - ng, 0) * size, MAXEXACT))
+  all = satadd(all, min(max(math.abs(n) - active - ng, 0) * size, MAXEXACT))
   return all, own, released, returns, epoch == se and nn == n, true
 end
 

@@ -1,0 +1,239 @@
+package limiter
+
+import (
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// The replica registry, as a heartbeat reads it: who may hold a static
+// share of which epoch.
+//
+// Founding epochs. An epoch no replica joined a lease before (a fresh
+// deployment's first minute, or the first after every replica had gone)
+// has no sharers by the rule above, and every key's first request on
+// every replica would wait for a round. Nobody was live between its
+// start and the first join since, G: nobody wrote to it before G. Its
+// founders are the replicas that joined within foundingSpan of G; once
+// a replica's copy of the registry is from foundingSpan after G, every
+// replica counts the same founders, m. Each founder then holds a static
+// share of the epoch of ⌊share·L/2⌋/m: the founders' shares together
+// hold at most half the limit, and the store counts that half as
+// reserved from G on (Sharers is −m, or −1 before the founders are known:
+// the half as one share). The other half is what credit granted before
+// the founders were known, and after, may take. A founder's request
+// before it knows the founders (at most foundingSpan and a startup
+// heartbeat, 150 ms, after G) waits for them rather than for a round,
+// whose credit that half could leave short. Only windows of
+// foundingPeriod or more have founding epochs.
+
+// Membership is the registry's answer to a heartbeat.
+type Membership struct {
+	Replicas int   // live replicas, at least 1
+	Now      int64 // store clock, Unix µs
+	// Members lists every replica whose lease ended after Since, live
+	// ones included, in no order: enough to count the replicas that may
+	// hold a share of any window that began after Since (Sharers).
+	Members []Member
+	Since   int64
+	// Joined is when the caller joined: first, or again after its lease
+	// had ended.
+	Joined int64
+}
+
+// Member is one replica in the registry: when it first joined and when
+// its lease ends (store clock, Unix µs). A replica back after its lease
+// ended is a new member; its earlier incarnation stays listed, so a
+// window that began while it was a member keeps counting it.
+type Member struct {
+	Joined, Expires int64
+	// Caller marks the calling replica's own entries, the live one and
+	// its earlier incarnations.
+	Caller bool
+	// Name is the replica's name (an earlier incarnation's too), the one
+	// its share records are kept under.
+	Name string
+	// Left marks an incarnation that ended by Leave: it had pushed every
+	// share hit and released its shares, so it holds no share it has not
+	// reported, and an incarnation of the same name that joins later does
+	// not take its shares over.
+	Left bool
+}
+
+// PastIncarnation is the registry id under which a store keeps the
+// earlier incarnation of replica that joined at joined (store µs), once
+// replica joins again.
+func PastIncarnation(replica string, joined int64) string {
+	return replica + "\x00" + strconv.FormatInt(joined, 10)
+}
+
+// IncarnationOf reports whether registry id is replica or one of its
+// earlier incarnations (PastIncarnation).
+func IncarnationOf(id, replica string) bool {
+	rest, ok := strings.CutPrefix(id, replica)
+	return ok && (rest == "" || rest[0] == 0)
+}
+
+// holds reports whether the caller may hold a static share of a window
+// that began at start: one of its own incarnations is counted among the
+// window's sharers (Sharers), or the window is founding, the caller one
+// of its founders, and this copy lists them all.
+func (m Membership) holds(start, period int64, lease time.Duration) bool {
+	if start <= m.Since {
+		return false
+	}
+	lu := int64(lease / time.Microsecond)
+	n := 0
+	for _, x := range m.Members {
+		if x.Joined <= start-lu && x.Expires > start {
+			n++
+		}
+		if x.Caller && !x.Left && x.Joined <= start-lu && (x.Expires > start || x.Joined == m.Joined) {
+			return true
+		}
+	}
+	if n > 0 {
+		return false
+	}
+	f := m.founding(start, period)
+	return f.g != 0 && f.known && f.caller
+}
+
+// Sharers counts the replicas that may hold a static share of a window
+// that began at start (store clock, µs): those that joined at least a
+// lease before it and whose lease had not ended by then. Every replica
+// reading one registry counts the same, however stale its copy, as long
+// as the copy is younger than lease minus a heartbeat; it is 0 when the
+// registry no longer reaches back to start. For a founding epoch (none
+// such, and some replica live after start) it is −m, m the founders, or
+// −1 while this copy may not list them all yet (founding).
+func (m Membership) Sharers(start, period int64, lease time.Duration) int {
+	if start <= m.Since {
+		return 0
+	}
+	lu := int64(lease / time.Microsecond)
+	n := 0
+	for _, x := range m.Members {
+		if x.Joined <= start-lu && x.Expires > start {
+			n++
+		}
+	}
+	if n > 0 {
+		return n
+	}
+	f := m.founding(start, period)
+	if f.g == 0 {
+		return 0
+	}
+	if !f.known {
+		return -1
+	}
+	return -f.m
+}
+
+const (
+	// foundingSpan is how long after the first replica of a founding
+	// epoch joined (G) another may join and still be one of its founders.
+	foundingSpan = 100 * time.Millisecond
+	// foundingPeriod is the shortest window whose epochs may be founding.
+	// Before its founders are known, credit may take only half of the
+	// limit: a window of 10 s or more sees a tenth of it go by at most
+	// at a steady rate, where a second's would see all of it. A shorter
+	// window has sharers within a lease and a period of the first join.
+	foundingPeriod = 10 * time.Second
+)
+
+// founders describes the founding of an epoch: G, the first join after
+// its start (0: the epoch is not founding), m the founders, whether this
+// copy lists them all, and whether the caller is one.
+type founders struct {
+	g      int64
+	m      int
+	known  bool
+	caller bool
+}
+
+// founding reports on the epoch that began at start, which has no
+// sharers (Sharers): its founders are the replicas that joined within
+// foundingSpan of G, the earliest join of a replica whose lease ended
+// after start. A caller one of whose founding incarnations left
+// (Member.Left) holds no share of it: that one's record says it was
+// reported and released.
+func (m Membership) founding(start, period int64) founders {
+	var f founders
+	if period < int64(foundingPeriod/time.Microsecond) {
+		return f
+	}
+	for _, x := range m.Members {
+		if x.Expires > start && (f.g == 0 || x.Joined < f.g) {
+			f.g = x.Joined
+		}
+	}
+	if f.g == 0 {
+		return f
+	}
+	span := int64(foundingSpan / time.Microsecond)
+	left := false
+	for _, x := range m.Members {
+		if x.Joined >= f.g && x.Joined < f.g+span {
+			f.m++
+			f.caller = f.caller || x.Caller
+			left = left || x.Caller && x.Left
+		}
+	}
+	f.caller = f.caller && !left
+	f.known = m.Now >= f.g+span
+	return f
+}
+
+// Gone lists the names of the sharers of a window of period that began
+// at start (Sharers: its founders, of a founding epoch whose founders
+// this copy lists) that left by Leave, and of no other sharer of it:
+// each reported every share hit before it left, so the store counts a
+// share of one that no record of the key reports as holding nothing
+// (SyncItem.Gone). Nil when there are none, or the registry no longer
+// reaches back to start.
+func (m Membership) Gone(start, period int64, lease time.Duration) []string {
+	if start <= m.Since {
+		return nil
+	}
+	lu := int64(lease / time.Microsecond)
+	sharer := func(x Member) bool { return x.Joined <= start-lu && x.Expires > start }
+	if n := m.Sharers(start, period, lease); n < 0 {
+		f := m.founding(start, period)
+		if !f.known {
+			return nil // the founders' half counts as one share
+		}
+		span := int64(foundingSpan / time.Microsecond)
+		sharer = func(x Member) bool { return x.Joined >= f.g && x.Joined < f.g+span }
+	}
+	var gone []string
+	for _, x := range m.Members {
+		if x.Left && sharer(x) && !slices.Contains(gone, x.Name) {
+			gone = append(gone, x.Name)
+		}
+	}
+	for _, x := range m.Members {
+		if len(gone) > 0 && !x.Left && sharer(x) {
+			gone = slices.DeleteFunc(gone, func(n string) bool { return n == x.Name })
+		}
+	}
+	if len(gone) == 0 {
+		return nil
+	}
+	return gone
+}
+
+// foundersDue is, for a founding epoch that began at start whose
+// founders this copy may not list all of yet, when it will (G plus
+// foundingSpan, store µs); else 0.
+func (m Membership) foundersDue(start, period int64, lease time.Duration) int64 {
+	if m.Sharers(start, period, lease) != -1 {
+		return 0
+	}
+	if f := m.founding(start, period); !f.known {
+		return f.g + int64(foundingSpan/time.Microsecond)
+	}
+	return 0
+}
