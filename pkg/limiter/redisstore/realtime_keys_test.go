@@ -187,6 +187,18 @@ func rtScaleOut(t *testing.T, g *rtGroup, rule *limiter.Rule, addAt, tail time.D
 	rtAssertWithin(t, calls, int(w.Limit), w.Period, from, to)
 }
 
+// rtRestartWindow starts n replicas of service on their own
+// redis-server under a rule of 100 per rtPeriod, and returns the start of
+// the first window they hold static shares of, a restart scenario's.
+func rtRestartWindow(t *testing.T, service string, n int) (*rtGroup, *limiter.Rule, time.Time) {
+	rtSkipShort(t)
+	t.Parallel()
+	srv := redistest.Start(t)
+	rule := rtPer(100, rtPeriod)
+	g := rtGroupStart(t, srv.Addr, service, n)
+	return g, rule, rtShareWindow(t, g, rule.Windows[0].Period, rule.Windows[0].Period)
+}
+
 // TestRealtimeReplicaRestart: four replicas share a key under 100 per
 // rtPeriod (the design's per-minute row), offered twice the limit, from
 // the start of a window they hold static shares of. A third of the way
@@ -198,13 +210,8 @@ func rtScaleOut(t *testing.T, g *rtGroup, rule *limiter.Rule, addAt, tail time.D
 // ended (at most a lease after the kill, over 3 s before the window
 // ends).
 func TestRealtimeReplicaRestart(t *testing.T) {
-	rtSkipShort(t)
-	t.Parallel()
-	srv := redistest.Start(t)
-	rule := rtPer(100, rtPeriod)
+	g, rule, start := rtRestartWindow(t, "realtime-replica-restart", 4)
 	w := rule.Windows[0]
-	g := rtGroupStart(t, srv.Addr, "realtime-replica-restart", 4)
-	start := rtShareWindow(t, g, w.Period, w.Period)
 	end := start.Add(w.Period)
 	killAt := start.Add(w.Period / 3)
 	var killed *rtReplica
@@ -305,13 +312,8 @@ func TestRealtimeSkewedManyKeys(t *testing.T) {
 // then only the limit is checked); TestSimRestartOneReplica holds the
 // engine to none.
 func TestRealtimeGracefulRestart(t *testing.T) {
-	rtSkipShort(t)
-	t.Parallel()
-	srv := redistest.Start(t)
-	rule := rtPer(100, rtPeriod)
+	g, rule, start := rtRestartWindow(t, "realtime-graceful-restart", 1)
 	w := rule.Windows[0]
-	g := rtGroupStart(t, srv.Addr, "realtime-graceful-restart", 1)
-	start := rtShareWindow(t, g, w.Period, w.Period)
 	end := start.Add(w.Period)
 	addAt, stopAt := start.Add(w.Period/3), start.Add(w.Period/2)
 	var replaced sync.WaitGroup
@@ -352,7 +354,7 @@ func TestRealtimeGracefulRestart(t *testing.T) {
 	if denied > 0 {
 		t.Logf("%d requests denied, no key near its limit, %d of them after the stop: %v", denied, deniedAfter, late[:min(len(late), 20)])
 	}
-	probe := redis.NewClient(&redis.Options{Addr: srv.Addr})
+	probe := redis.NewClient(&redis.Options{Addr: g.addr})
 	defer probe.Close()
 	left, err := probe.HExists(context.Background(), redisstore.New(probe, "realtime-graceful-restart").JoinedKey(), "g:replica-0").Result()
 	if err != nil {
