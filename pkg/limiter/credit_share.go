@@ -191,11 +191,14 @@ func (e *engine) spendShare(cs *creditState, n, now int64, dry bool) (bool, int6
 			sh.founding.Store(true)
 			return false, max(e.localOf(sh.recheck), now+int64(tick))
 		}
-		sh.founding.Store(false)
 		sh.none.Store(e.localOf((ep + 1) * p))
+	}
+	if sh.founding.Load() {
+		sh.founding.Store(false) // written only when it changes: every admit passes here
+	}
+	if size == 0 {
 		return false, 0
 	}
-	sh.founding.Store(false)
 	sw := Window{Limit: size, Period: w.Period}
 	sh.roll(sw, snow)
 	if sh.state.Wait(sw, cs.rule.Algorithm, snow, uint64(n)) != 0 {
