@@ -292,6 +292,57 @@ func TestReplicasShareOneLimitThroughRedis(t *testing.T) {
 	}
 }
 
+// TestStartsWithoutRedis: a replica started while Redis is unreachable
+// has never heard of another one. Past CacheTTL (1 s) from its start it
+// enforces each limit alone (fail-static with N = 1) instead of denying
+// every request until Redis answers.
+func TestStartsWithoutRedis(t *testing.T) {
+	dir := t.TempDir()
+	policy := "domain: shared\ndescriptors: [{key: k, rate_limit: {unit: hour, requests_per_unit: 5}}]\n"
+	if err := os.WriteFile(filepath.Join(dir, "p.yaml"), []byte(policy), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	s := start(t, dir, "--redis-url", "redis://"+freeAddr(t), "--replica-id", "alone", "--log-level", "debug")
+	rls := ratelimitv3.NewRateLimitServiceClient(s.dial(t))
+	ask := func(v string) bool {
+		t.Helper()
+		req := &ratelimitv3.RateLimitRequest{Domain: "shared", Descriptors: []*rlcommonv3.RateLimitDescriptor{{
+			Entries: []*rlcommonv3.RateLimitDescriptor_Entry{{Key: "k", Value: v}},
+		}}}
+		resp, err := rls.ShouldRateLimit(context.Background(), req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return resp.OverallCode == ratelimitv3.RateLimitResponse_OK
+	}
+	deadline := time.Now().Add(15 * time.Second)
+	for try := 0; !ask("first-" + strconv.Itoa(try)); try++ {
+		if time.Now().After(deadline) {
+			t.Fatalf("every request denied for 15 s with Redis unreachable since the start:\n%s",
+				grepLines(get(t, "http://"+s.httpAddr+"/metrics"), "ratelimit_decisions_total"))
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	for i := range 10 {
+		if v := "fresh-" + strconv.Itoa(i); !ask(v) {
+			t.Errorf("key %s denied at its first request", v)
+		}
+	}
+	admitted := 0
+	for range 8 {
+		if ask("hot") {
+			admitted++
+		}
+	}
+	if admitted != 5 {
+		t.Errorf("a key asked 8 times admitted %d, want its limit 5 (one replica, fail-static)", admitted)
+	}
+	// The Redis client's own messages go to the service's log.
+	if logs := s.logs.String(); !strings.Contains(logs, `"component":"redis"`) || !strings.Contains(logs, "dial") {
+		t.Errorf("no failed dial of the Redis client in the service's log:\n%s", logs)
+	}
+}
+
 func grepLines(s, sub string) string {
 	var out []string
 	for _, l := range strings.Split(s, "\n") {

@@ -1,9 +1,11 @@
 package main
 
 import (
+	"context"
 	"crypto/tls"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net"
 	"net/url"
 	"strconv"
@@ -292,3 +294,18 @@ func parseClusterSeeds(seeds []string) (*redis.ClusterOptions, error) {
 	}
 	return o, nil
 }
+
+// redisLog sends the Redis client's own messages (a dial that failed, a
+// pool that grew) to the service's log at debug level: while Redis is
+// down it writes one per failed dial, hundreds a second, and the
+// limiter already logs the outage once at warn, with how long it lasted.
+// The client's logger is process-wide; the last service wired sets it.
+type redisLog struct{ log *slog.Logger }
+
+func (l redisLog) Printf(ctx context.Context, format string, v ...any) {
+	if l.log.Enabled(ctx, slog.LevelDebug) {
+		l.log.DebugContext(ctx, fmt.Sprintf(format, v...))
+	}
+}
+
+func setRedisLog(log *slog.Logger) { redis.SetLogger(redisLog{log.With("component", "redis")}) }

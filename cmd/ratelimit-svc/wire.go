@@ -40,6 +40,7 @@ func wire(cfg config, log *slog.Logger, tel *telemetry, tr *tracing, headers env
 			return nil, fmt.Errorf("%s: %w", cfg.src("redis-url"), err)
 		}
 		a.redis = client
+		setRedisLog(log)
 		limOpts = append(limOpts, limiter.WithStore(redisstore.New(client, cfg.Service, redisstore.WithKeyPrefix(cfg.RedisKeyPrefix)), cfg.ReplicaID))
 	}
 	a.lim = limiter.New(limOpts...)

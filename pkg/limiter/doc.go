@@ -48,7 +48,10 @@
 // until the end of its window that holds the store's return plus
 // CacheTTL (at most a minute more), asking for no credit: by then every
 // replica has pushed its degraded admits, which credit granted earlier
-// would not have counted.
+// would not have counted. A replica that has not reached the store since
+// it started counts CacheTTL from its start and N as 1 (it has heard of no
+// other); once the store answers, a key still settling enforces ⌈L/N⌉ of
+// the N it hears then, if that is more.
 // Before its CacheTTL has passed, a store that hangs is a slow one: a
 // request beyond what the replica holds waits its StoreTimeout and is
 // denied, as one late round may be all it is, and admitting it on the

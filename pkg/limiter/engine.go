@@ -127,7 +127,7 @@ type engine struct {
 	windowsN   atomic.Int64
 	contCursor string // where the contention feed is read from (one reader: runUpkeep or followFeed)
 	metrics    syncMetrics
-	started    int64 // local ns the sync loop started
+	started    atomic.Int64 // local ns the sync loop started
 	// degradedUnits counts the units admitted in degraded mode.
 	degradedUnits atomic.Int64
 	outage        outage // the store's health as last logged (runUpkeep only)
@@ -323,6 +323,12 @@ func (e *engine) degradedDecide(cs *creditState, rule *Rule, n int64, now int64)
 		// count every replica).
 		n := uint64(max(e.replicas.Load(), 1))
 		cs.fallback = &fallback{ws: cs.seedFallback(e, rule, n, now), ok: ok, n: n}
+	}
+	if n := uint64(e.replicas.Load()); n > cs.fallback.n && e.storeHealthy() {
+		// Settling, and the registry heard since counts more replicas
+		// than the outage began with (a replica that never reached the
+		// store counted itself alone): enforce the smaller part.
+		cs.fallback.n = n
 	}
 	fb, shares := cs.fallback.ws, cs.fallback.n
 	res := Result{Allowed: true, Mode: ModeDegraded}

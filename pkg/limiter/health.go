@@ -29,11 +29,8 @@ func (e *engine) watchHealth(now int64) {
 	healthy := e.storeHealthy()
 	switch {
 	case !healthy && !o.in:
-		*o = outage{in: true, since: e.lastOK.Load(), decisions: e.stats.modes[ModeDegraded].Load(),
+		*o = outage{in: true, since: e.lastReached(), decisions: e.stats.modes[ModeDegraded].Load(),
 			units: e.degradedUnits.Load()}
-		if o.since == 0 {
-			o.since = e.started
-		}
 	case !healthy && !o.warned:
 		// Soon after a return, the keys still settling decide in degraded
 		// mode: only the default CacheTTL tells a new outage from a flap.
@@ -110,7 +107,10 @@ func (cs *creditState) degradedIn(e *engine) bool {
 func (e *engine) answered(now int64) {
 	failed := e.lastFail.Load()
 	prev := e.lastOK.Swap(now)
-	if failed <= prev || prev == 0 {
+	if prev == 0 {
+		prev = e.started.Load() // never reached before: away since the start
+	}
+	if failed == 0 || failed <= prev {
 		return
 	}
 	if now-e.backAt.Load() < int64(outageFlaps) && now-prev <= e.downFor.Load() {
@@ -138,8 +138,20 @@ func (e *engine) storeFailed(err error) {
 func (e *engine) storeHealthy() bool { return e.lastFail.Load() <= e.lastOK.Load() }
 
 // degraded reports whether rule must be decided without the store: it has
-// been unreachable for longer than the rule's CacheTTL.
+// been unreachable for longer than the rule's CacheTTL, counted from the
+// last call it answered or, on a replica that never reached it, from the
+// sync loop's start. Such a replica has heard of no other and counts
+// itself alone (N = 1), as a replica that hears it is alone does.
 func (e *engine) degraded(rule *Rule, now int64) bool {
-	ok := e.lastOK.Load()
+	ok := e.lastReached()
 	return !e.storeHealthy() && ok != 0 && now-ok > int64(rule.Tuning.cacheTTL())
+}
+
+// lastReached is the local ns of the last store call answered, or of the
+// sync loop's start while none was; 0 before the loop runs.
+func (e *engine) lastReached() int64 {
+	if ok := e.lastOK.Load(); ok != 0 {
+		return ok
+	}
+	return e.started.Load()
 }

@@ -108,3 +108,50 @@ func TestSimOutageLogged(t *testing.T) {
 		t.Logf("%d admitted, %d degraded; logged %v", admitted, degraded, recs)
 	})
 }
+
+// TestSimStartWithoutStore: replicas that start while the store is down
+// have never reached it, so they have no view, no share and no replica
+// count. Past CacheTTL from their start they decide in degraded mode,
+// each counting itself alone (N = 1), rather than deny every request
+// until the store answers; once it does, the windows hold L + N again.
+func TestSimStartWithoutStore(t *testing.T) {
+	const L, N = 50, 2
+	for _, c := range []struct {
+		name string
+		pace time.Duration // one caller's gap: 2 replicas × 2 callers
+	}{{"under the limit", 100 * time.Millisecond}, {"5× the limit", time.Second * 4 / (5 * L)}} {
+		t.Run(c.name, func(t *testing.T) {
+			st := &switchStore{Store: memstore.New(nil)}
+			st.down.Store(true)
+			r := sim{rule: perSecond(L), replicas: N, callers: 2, store: st, duration: 9 * time.Second,
+				pace: func(int) time.Duration { return c.pace },
+				during: func(*simRun) {
+					time.Sleep(4 * time.Second)
+					st.down.Store(false)
+				}}.run(t)
+			t.Logf("offered per second %v, admitted %v", seconds(r.offered, 9), seconds(r.admitted, 9))
+			for sec := int64(2); sec < 4; sec++ { // past CacheTTL (1 s), store still down
+				want := min(r.offered[sec], L)
+				if got := r.admitted[sec]; got < want {
+					t.Errorf("second %d of the outage admitted %d of %d offered, want at least %d", sec, got, r.offered[sec], want)
+				}
+				if got := r.admitted[sec]; got > N*L {
+					t.Errorf("second %d of the outage admitted %d > N·L: a replica alone enforces L", sec, got)
+				}
+			}
+			for sec := int64(5); sec < 9; sec++ {
+				if got := r.admitted[sec]; got > L+N {
+					t.Errorf("second %d, after the store came back, admitted %d > L + N", sec, got)
+				}
+				if c.pace == 100*time.Millisecond && r.admitted[sec] != r.offered[sec] {
+					t.Errorf("second %d, after the store came back, admitted %d of %d offered under the limit", sec, r.admitted[sec], r.offered[sec])
+				}
+			}
+			for i, l := range r.lims {
+				if l.Stats().Decisions["degraded"] == 0 {
+					t.Errorf("replica %d never decided in degraded mode", i)
+				}
+			}
+		})
+	}
+}

@@ -77,7 +77,7 @@ func (e *engine) storeNow(now int64) int64 { return now/1000 + e.offset.Load() }
 // queues behind a heartbeat or a slot round; then, once all have
 // stopped, the final push.
 func (e *engine) runSync(ctx context.Context) {
-	e.started = e.now()
+	e.started.Store(e.now())
 	e.heartbeat(ctx)
 	var wg sync.WaitGroup
 	wg.Go(func() { e.runRounds(ctx) })
