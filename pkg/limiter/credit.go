@@ -82,7 +82,14 @@ type creditLocked struct {
 	waiting uint64 // units the waiters want
 	asked   uint64 // waiting units the in-flight sync asked for
 	flying  int64  // units admitted that the in-flight sync pushes (hits, share hits)
-	late    []Hit  // hits snapshotted just before a window boundary
+	// probe is the units the in-flight sync charges for waiters, at
+	// probeAt (store µs), none admitted yet; unprobe the refunds of
+	// probes not admitted, unprobeSent those the in-flight sync pushes
+	// (credit_probe.go).
+	probe, probeAt       int64
+	probed               int64 // units probes admitted since the last round (want's rate)
+	unprobe, unprobeSent []Hit
+	late                 []Hit // hits snapshotted just before a window boundary
 	// overrunEpoch is the window (of the first period) overrunLeft was set in.
 	overrunEpoch int64
 	unused       int64 // credit when the in-flight sync was sent
@@ -111,8 +118,9 @@ type fallback struct {
 
 // waiter is a request that found no credit and waits for a sync.
 type waiter struct {
-	n    int64
-	done chan bool // receives whether the sync admitted it
+	n      int64
+	done   chan bool // receives whether the sync admitted it
+	probed bool      // the in-flight round charges its units (credit_probe.go); cs.mu guards it
 }
 
 // creditDecide decides one request of a shared rule. A dry run charges

@@ -40,14 +40,14 @@ func (cs *creditState) starvedInNewWindow(snow int64) bool {
 // busy interval would only refresh its view. cs.mu must be held.
 func (cs *creditState) holdsStill(now int64) bool {
 	c := cs.credit.Load()
-	return c >= 0 && c <= 1 && !cs.refill && cs.hits.Load() == 0 && cs.refunds.Load() == 0 && len(cs.late) == 0 &&
+	return c >= 0 && c <= 1 && !cs.refill && cs.hits.Load() == 0 && cs.refunds.Load() == 0 && len(cs.late) == 0 && len(cs.unprobe) == 0 &&
 		now-cs.lastSync < int64(quietInterval)
 }
 
 // needsSync: a key with nothing to push, no credit and no waiters has
 // nothing to say to the store. cs.mu must be held.
 func (cs *creditState) needsSync() bool {
-	return cs.hits.Load() != 0 || cs.refunds.Load() != 0 || len(cs.late) > 0 || cs.credit.Load() > 0 || len(cs.waiters) > 0 || cs.refill ||
+	return cs.hits.Load() != 0 || cs.refunds.Load() != 0 || len(cs.late) > 0 || len(cs.unprobe) > 0 || cs.credit.Load() > 0 || len(cs.waiters) > 0 || cs.refill ||
 		cs.kicked.Load() || cs.view.Load() == nil && cs.share == nil || cs.share != nil && cs.share.release.Load()
 }
 
@@ -59,7 +59,8 @@ func (e *engine) prepare(cs *creditState, now int64) SyncItem {
 	cs.inflight, cs.sentAt, cs.asked, cs.collected = true, now, cs.waiting, false
 	cs.kicked.Store(false)
 	snow := e.storeNow(now)
-	want := cs.want(now, snow, max(cs.hits.Load(), 0)+cs.share.pendingUnits())
+	want := cs.want(now, snow, max(cs.hits.Load(), 0)+cs.share.pendingUnits()+cs.probed)
+	cs.probed = 0
 	if len(cs.waiters) == 0 && cs.share.ample(cs.ws[0], snow) {
 		want = 0 // the share has room: no credit beside it
 	}
@@ -73,6 +74,10 @@ func (e *engine) prepare(cs *creditState, now int64) SyncItem {
 		want = 0
 	}
 	var h int64
+	probe := cs.probeFor(snow)
+	if probe > 0 {
+		want = probeWant(want, cs.waiting) // the probe asks for the waiters' units
+	}
 	cs.unused, h = cs.settle()
 	it := SyncItem{
 		Key: cs.key, Algorithm: cs.rule.Algorithm, Windows: cs.rule.Windows,
@@ -80,6 +85,10 @@ func (e *engine) prepare(cs *creditState, now int64) SyncItem {
 		Share: cs.rule.Tuning.share(), Replicas: int(e.replicas.Load()), Lease: lease,
 	}
 	it.Hits = cs.pushHits(h, snow)
+	if probe > 0 {
+		it.Waiting = 0 // the probe is their request
+	}
+	cs.addProbes(&it, probe, snow)
 	if v := cs.view.Load(); v != nil {
 		it.Floor, it.FloorGen = v.windows, v.gen
 	}
@@ -97,7 +106,7 @@ func (e *engine) prepare(cs *creditState, now int64) SyncItem {
 			it.ShareEpoch = max(it.ShareEpoch-2, 1)
 		}
 	}
-	cs.flying = 0
+	cs.flying = -probe // the probe's units are not admitted yet
 	for _, hs := range [][]Hit{it.Hits, it.ShareHits} {
 		for _, h := range hs {
 			cs.flying += max(h.N, 0)
@@ -224,7 +233,7 @@ func (cs *creditState) abort(it SyncItem) {
 	defer cs.mu.Unlock()
 	p := shortest(cs.ws)
 	var back []Hit
-	for _, h := range it.Hits {
+	for _, h := range cs.takeBackProbes(it.Hits) {
 		if h.N < 0 {
 			cs.refunds.Add(-h.N)
 			continue
@@ -272,6 +281,7 @@ func (e *engine) apply(cs *creditState, r *SyncResult) {
 	cs.backedTo.Store(backed)
 	cs.view.Store(newView(r))
 	cs.inflight, cs.flying, cs.lastSync = false, 0, now
+	probed := e.settleProbe(cs, r)
 	if now < backed {
 		// A reply that arrives after its reservation lapsed (an epoch's
 		// end, on a slow store) serves nobody.
@@ -309,6 +319,11 @@ func (e *engine) apply(cs *creditState, r *SyncResult) {
 		e.enqueue(cs)
 	}
 	cs.nextSync = now + int64(interval)
+	if probed && cs.busy && cs.credit.Load() <= 0 && cs.kicked.CompareAndSwap(false, true) {
+		// Probed, and busy: credit now, before its next request waits.
+		e.enqueue(cs)
+		e.kick()
+	}
 	if len(cs.waiters) > 0 {
 		cs.settleWaiters(e, now, r.Contended, now < backed)
 	}

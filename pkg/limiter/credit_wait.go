@@ -115,9 +115,12 @@ func (e *engine) shareAfterWait(cs *creditState, n, now int64) bool {
 // no such admits: every replica would spend the same free budget, which
 // the store keeps granting until the admits are pushed. Neither does a
 // key with static shares: a view does not show the shares of an epoch
-// that began after it.
+// that began after it. Nor does a replica whose N is not settled: the
+// replicas' parts add up to what is free only where they count the same
+// N, and a replica that joined, or heard N change, within a lease may
+// count one the others do not know yet (or that knows only itself).
 func (e *engine) overrunOnView(cs *creditState, rule *Rule, n int64) bool {
-	if cs.share != nil || !e.storeHealthy() || time.Duration(e.roundTrip.Load()) >= rule.Tuning.storeTimeout() {
+	if cs.share != nil || !e.storeHealthy() || time.Duration(e.roundTrip.Load()) >= rule.Tuning.storeTimeout() || !e.settledN(e.now()) {
 		return false
 	}
 	if cs.overrunLeft.Add(-n) < 0 {
@@ -125,6 +128,13 @@ func (e *engine) overrunOnView(cs *creditState, rule *Rule, n int64) bool {
 		return false
 	}
 	return true
+}
+
+// settledN reports whether N has been the same for a lease, by a young
+// copy of the registry.
+func (e *engine) settledN(now int64) bool {
+	since := e.replicasSince.Load()
+	return since != 0 && now-since >= int64(lease) && e.registryFresh(now)
 }
 
 // roundDue is when a waiter that began at start stops waiting for the

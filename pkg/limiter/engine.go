@@ -92,11 +92,14 @@ type engine struct {
 	store    Store
 	replica  string
 	replicas atomic.Int64 // N: live replicas last seen
-	offset   atomic.Int64 // store clock − local clock, µs
-	clockErr atomic.Int64 // how far offset may be off, ns
-	storeClk storeClock   // what offset and clockErr are made from
-	lastOK   atomic.Int64 // local ns of the last successful store call
-	lastFail atomic.Int64 // local ns of the last failed store call
+	// replicasSince is the local ns from which a heartbeat has said N,
+	// 0 before the first.
+	replicasSince atomic.Int64
+	offset        atomic.Int64 // store clock − local clock, µs
+	clockErr      atomic.Int64 // how far offset may be off, ns
+	storeClk      storeClock   // what offset and clockErr are made from
+	lastOK        atomic.Int64 // local ns of the last successful store call
+	lastFail      atomic.Int64 // local ns of the last failed store call
 	// outageOK is lastOK when the store last began to fail: it names the
 	// outage, whose fallback windows a key seeds once. backAt is when the
 	// store answered again after failing, downFor how long it had not
@@ -240,14 +243,12 @@ func (e *engine) creditFor(key []byte, rule *Rule, now int64) *creditState {
 	return ent.cs.Load()
 }
 
-// newCredit starts a key. A key with a static share starts with no
-// credit: credit the store does not know of would let the replicas
-// together admit more than the limit while the store counts their shares
-// as held; its first request spends the share. Any other key starts with
-// a small unreserved share, at most one sync interval's worth of its rate
-// and at most share·capacity/N, and syncs at once. (That share is not
-// known to the store until pushed: N cold replicas may admit it beside
-// the credit the store grants meanwhile.)
+// newCredit starts a key with no credit: credit the store does not know
+// of would let the replicas together admit more than the limit (beside
+// the shares the store counts as held, or the credit it grants
+// meanwhile). A key with a static share spends the share; any other
+// key's first request waits for a round, which charges it
+// (credit_probe.go).
 func (e *engine) newCredit(key string, rule *Rule, now int64) *creditState {
 	var cs *creditState
 	if shareable(rule) {
@@ -260,18 +261,6 @@ func (e *engine) newCredit(key string, rule *Rule, now int64) *creditState {
 	}
 	cs.capacity = minCapacity(rule)
 	cs.key, cs.rule, cs.ws, cs.nextSync = key, rule, e.windowsOf(rule), now
-	cs.kicked.Store(cs.share == nil)
-	if cs.share == nil {
-		n := uint64(max(e.replicas.Load(), 1))
-		cold := uint64(math.MaxUint64)
-		for _, w := range rule.Windows {
-			perInterval := float64(w.Limit) * float64(rule.Tuning.syncInterval()) / float64(w.Period)
-			byShare := uint64(rule.Tuning.share()*float64(w.Capacity(rule.Algorithm))) / n
-			cold = min(cold, uint64(perInterval), byShare)
-		}
-		cs.credit.Store(int64(cold))
-		cs.backedTo.Store(now + int64(rule.Tuning.syncInterval()))
-	}
 	return cs
 }
 

@@ -120,13 +120,10 @@ func TestViewSummaryMatchesDescription(t *testing.T) {
 // the key's new state instead of waiting on one no round will sync.
 func TestSweptCreditStateHandsOver(t *testing.T) {
 	l := New(WithStore(nopStore{}, "r"))
-	// A sliding window: a key with a static share starts with no cold
-	// credit to hand over.
 	rule := &Rule{Algorithm: SlidingWindow, Windows: []Window{{Limit: 10, Period: time.Second}}}
 	key := []byte("k")
 	now := l.now()
 	old := l.eng.creditFor(key, rule, now)
-	old.credit.Store(0) // spent its cold share: nothing held
 	l.keys.get(key).fresh.Store(now)
 	if n := l.keys.sweep(now); n != 1 || !old.orphan.Load() {
 		t.Fatalf("sweep removed %d, orphan %v", n, old.orphan.Load())
@@ -137,11 +134,13 @@ func TestSweptCreditStateHandsOver(t *testing.T) {
 	if fresh == nil || fresh.cs.Load() == old {
 		t.Fatal("the key has no new state after the sweep")
 	}
-	if !res.Allowed || old.hits.Load() != 0 || len(old.waiters) != 0 {
-		t.Fatalf("decided on the swept state: %+v, its hits %d", res, old.hits.Load())
+	// No round answers here: the request waited on the new state and
+	// was denied there.
+	if old.denied.Load() != 0 || old.hits.Load() != 0 || len(old.waiters) != 0 {
+		t.Fatalf("decided on the swept state: %+v, its hits %d, denials %d", res, old.hits.Load(), old.denied.Load())
 	}
-	if got := fresh.cs.Load().hits.Load(); got != 1 {
-		t.Fatalf("the new state holds %d hits, want 1", got)
+	if got := fresh.cs.Load().denied.Load(); got != 1 {
+		t.Fatalf("the new state counts %d denials, want the request's 1", got)
 	}
 }
 

@@ -203,7 +203,9 @@ func (e *engine) heartbeat(ctx context.Context) {
 	}
 	e.learnRoundTrip(time.Since(start))
 	e.learnClock(sent, m.Now)
-	e.replicas.Store(int64(max(m.Replicas, 1)))
+	if n := int64(max(m.Replicas, 1)); e.replicas.Swap(n) != n || e.replicasSince.Load() == 0 {
+		e.replicasSince.Store(e.now())
+	}
 	e.members.Store(&memberView{m: m, at: e.now()})
 	if m.Joined == 0 {
 		m.Joined = m.Now // a store that does not say

@@ -1,0 +1,179 @@
+package limiter
+
+import "time"
+
+// Probes: a waiter's units charged in the round it waits for.
+//
+// A key without a static share that holds no credit and is not busy
+// has its waiters' units charged as a hit in the round they wait for. The
+// reply says whether they fit beside the other replicas' reservations;
+// if so they are admitted. A key whose requests come too seldom for
+// credit to pay (the round would ask for no more than its waiters need,
+// or probeMost) asks for no credit beside, and nothing is left to push or
+// hand back: one key sync a request, where credit took one to reserve and
+// one to push the hit and hand the rest back. Units a reply does not
+// admit (no room, or their waiters gave up) are refunded while every
+// window they were charged to is still the current one; past its end they
+// stay charged to it, which over-counts a window gone by (a sliding
+// window's previous one: conservative). A round that fails drops them: a
+// store that applied them anyway over-counts the same way. A probe that
+// finds the key busy asks for credit at once, before the key's next
+// request waits.
+//
+// A probe's item says no request waits (SyncItem.Waiting): the probe is
+// their request. For a sliding window that keeps a key's first requests
+// on a replica from marking it pressed, which would stop the store from
+// handing units to replicas that run dry (KeyRecord.dryGetsOne) for as
+// long as requests then wait.
+
+// probeMost is the most credit a key may want (twice the requests its
+// rate expects before its next sync) and be probed with no credit asked:
+// credit costs a round to reserve it and one to push its hits and hand
+// the rest back, a probe one round a request, so credit pays from three
+// requests on. A key that wants more gets the rest in the probe's round.
+const probeMost = 4
+
+// probeFor picks the units the round charges for the waiters: all of
+// them, when the key has no share and no credit, is not busy (its rounds
+// come every sync interval, and credit rides them), no window of it ends
+// within boundaryLead (nearEnd), and its last view, if any, has room for
+// them beside the others' reservations. cs.mu must be held.
+func (cs *creditState) probeFor(snow int64) int64 {
+	if cs.share != nil || cs.busy || len(cs.waiters) == 0 || cs.waiting == 0 || cs.credit.Load() > 0 || cs.nearEnd(snow) {
+		return 0
+	}
+	if v := cs.view.Load(); v != nil && cs.waitOn(v, snow, int64(cs.waiting), v.others) != 0 {
+		return 0
+	}
+	for _, w := range cs.waiters {
+		w.probed = true
+	}
+	return int64(cs.waiting)
+}
+
+// probeWant is the credit a round that probes asks for: none when want
+// is within what the waiters need or probeMost, else the rest of want.
+func probeWant(want, waiting uint64) uint64 {
+	if want <= max(waiting, probeMost) {
+		return 0
+	}
+	return want - waiting
+}
+
+// addProbes appends to the item the probe, charged at snow, and the
+// refunds of earlier probes still in their windows (dropping the others).
+// cs.mu must be held.
+func (cs *creditState) addProbes(it *SyncItem, probe, snow int64) {
+	cs.probe, cs.probeAt = probe, snow
+	if probe > 0 {
+		it.Hits = append(it.Hits, Hit{At: snow, N: probe})
+	}
+	sent := cs.unprobe[:0]
+	for _, h := range cs.unprobe {
+		if cs.sameWindows(h.At, snow) {
+			it.Hits = append(it.Hits, Hit{At: snow, N: -h.N})
+			sent = append(sent, h)
+		}
+	}
+	cs.unprobe, cs.unprobeSent = nil, sent
+}
+
+// nearEnd reports whether a window of the key ends within boundaryLead
+// of store instant snow: a probe charged there may be applied in the next
+// window, where its units, not admitted, could not be refunded.
+func (cs *creditState) nearEnd(snow int64) bool {
+	if cs.rule.Algorithm == TokenBucket {
+		return false
+	}
+	lead := int64(boundaryLead / time.Microsecond)
+	for _, w := range cs.ws {
+		if p := int64(w.Period); (snow/p+1)*p-snow <= lead {
+			return true
+		}
+	}
+	return false
+}
+
+// sameWindows reports whether store instants a and b fall in the same
+// window of every period of the key (always for a token bucket).
+func (cs *creditState) sameWindows(a, b int64) bool {
+	if cs.rule.Algorithm == TokenBucket {
+		return true
+	}
+	for _, w := range cs.ws {
+		if a/int64(w.Period) != b/int64(w.Period) {
+			return false
+		}
+	}
+	return true
+}
+
+// takeBackProbes strips from a failed round's hits the probe and the
+// probe refunds addProbes appended, and keeps the refunds for the next
+// round. cs.mu must be held.
+func (cs *creditState) takeBackProbes(hits []Hit) []Hit {
+	n := len(cs.unprobeSent)
+	if cs.probe > 0 {
+		n++
+	}
+	cs.unprobe = append(cs.unprobe, cs.unprobeSent...)
+	cs.unprobeSent, cs.probe = nil, 0
+	for _, w := range cs.waiters {
+		w.probed = false
+	}
+	return hits[:len(hits)-n]
+}
+
+// settleProbe admits, in arrival order, the waiters the round's probe
+// charged for that the reply has room for, and keeps the units it does
+// not admit to refund. The rest wait on (settleWaiters decides on them).
+// It reports whether the round probed. cs.mu must be held.
+func (e *engine) settleProbe(cs *creditState, r *SyncResult) bool {
+	cs.unprobeSent = nil
+	n := cs.probe
+	if n == 0 {
+		return false
+	}
+	cs.probe = 0
+	room := cs.probeRoom(r, n)
+	var admitted int64
+	kept := cs.waiters[:0]
+	for _, w := range cs.waiters {
+		if w.probed && admitted+w.n <= room {
+			w.probed = false
+			admitted += w.n
+			cs.waiting -= uint64(w.n)
+			w.done <- true
+			continue
+		}
+		w.probed = false
+		kept = append(kept, w)
+	}
+	clear(cs.waiters[len(kept):])
+	cs.waiters = kept
+	cs.probed += admitted
+	if left := n - admitted; left > 0 {
+		cs.unprobe = append(cs.unprobe, Hit{At: cs.probeAt, N: left})
+		e.activate(cs)
+		cs.kicked.Store(true)
+	}
+	return true
+}
+
+// probeRoom is how many of the n units the round charged at probeAt fit
+// beside the other replicas' reservations and this one's: the reply's
+// windows, which count them, less them, hold that much room, in the
+// windows they were charged to; at most n.
+func (cs *creditState) probeRoom(r *SyncResult, n int64) int64 {
+	if len(r.Windows) != len(cs.ws) || !cs.sameWindows(cs.probeAt, r.Now) {
+		return 0
+	}
+	held := satAdd(r.Others, r.Credit)
+	room := uint64(n)
+	for i, w := range cs.ws {
+		before := r.Windows[i]
+		before.Refund(w, cs.rule.Algorithm, r.Now, uint64(n))
+		room = min(room, satSub(before.Remaining(w, cs.rule.Algorithm, r.Now), held))
+	}
+	return int64(room)
+}
