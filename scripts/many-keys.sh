@@ -35,6 +35,7 @@
 #   ONLY=B scripts/many-keys.sh               # workload B alone
 #   ONLY=A REPLICAS=4 scripts/many-keys.sh    # workload A on 4 replicas alone
 #   SETTLED=1 ONLY=A scripts/many-keys.sh     # workload A on replicas that hold the keys
+#   ALG=sliding_window ONLY=A scripts/many-keys.sh # workload A of a rule without static shares
 set -euo pipefail
 cd "$(dirname "$0")/.."
 name=many-keys
@@ -57,11 +58,17 @@ cleanup() {
 trap cleanup EXIT
 
 go build -o "$work/" ./cmd/ratelimit-svc ./cmd/rlsbench
-cat >"$work/policy.yaml" <<'EOF'
+ALG=${ALG:-fixed_window} # workload A's algorithm
+case "$ALG" in fixed_window | sliding_window | token_bucket) ;; *)
+  echo "many-keys: ALG=$ALG: want fixed_window, sliding_window or token_bucket" >&2
+  exit 2
+  ;;
+esac
+cat >"$work/policy.yaml" <<EOF
 domain: mk
 descriptors:
   - key: user
-    rate_limit: {unit: minute, requests_per_unit: 100}
+    rate_limit: {unit: minute, requests_per_unit: 100, algorithm: $ALG}
   - key: zipf
     rate_limit: {unit: second, requests_per_unit: 10}
 EOF
@@ -345,4 +352,5 @@ if [ "${ONLY:-}" != A ]; then
   python3 "$work/mk.py" row B "$work/b.json" "$work/beforeB.json" "$work/afterB.json" >>"$work/rows"
 fi
 
+[ "$ALG" = fixed_window ] || echo "Workload A's rule: $ALG (no static shares)."
 python3 "$work/mk.py" tables "$work/rows" "$D" "$KEYS" "$C" "$ZKEYS" "$ZIPF"

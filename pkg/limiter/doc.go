@@ -34,7 +34,13 @@
 // for two of its usual round trips within StoreTimeout + 50 ms (its round
 // may have waited for the one in flight); past it, it is admitted from
 // the quarter of the credit the hot path holds back for late rounds
-// (still covered by the reservation), or denied. Credit is asked for at half spent, sized from
+// (still covered by the reservation), or denied. A key starts with no
+// credit. The round a request waits for on a quiet key without a static
+// share (not busy, its rate asking for a few units at most) charges the
+// waiting units as a hit and asks for no credit: the reply admits them if
+// they fit beside every reservation, and units it does not admit are
+// refunded while their window lasts (credit_probe.go): one key sync a
+// request, as a per-request counter. Credit is asked for at half spent, sized from
 // the key's rate; once over half of a window is used or reserved, a
 // replica holds credit only to a fixed window's end (a sliding window's
 // next sync) and hands the rest back, and the store gives a replica that
