@@ -155,3 +155,34 @@ func TestSimStartWithoutStore(t *testing.T) {
 		})
 	}
 }
+
+// TestSimSlotsWithoutStore: a replica started while the store is down
+// holds, past CacheTTL from its start, all of a concurrency key's slots
+// (N = 1), not none.
+func TestSimSlotsWithoutStore(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		st := &switchStore{Store: memstore.New(nil)}
+		st.down.Store(true)
+		l := limiter.New(limiter.WithStore(st, "alone"))
+		ctx, cancel := context.WithCancel(context.Background())
+		var engine sync.WaitGroup
+		engine.Go(func() { l.Run(ctx) })
+		time.Sleep(1500 * time.Millisecond) // past CacheTTL since the start
+		var held []*limiter.Slot
+		for {
+			s, ok := l.Acquire("new-key", 5)
+			if !ok {
+				break
+			}
+			held = append(held, s)
+		}
+		if len(held) != 5 {
+			t.Errorf("held %d slots of 5 with the store down since the start, want 5", len(held))
+		}
+		for _, s := range held {
+			s.Release()
+		}
+		cancel()
+		engine.Wait()
+	})
+}
