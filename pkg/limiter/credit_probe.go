@@ -4,7 +4,9 @@ import "time"
 
 // Probes: a waiter's units charged in the round it waits for.
 //
-// A key without a static share that holds no credit and is not busy
+// A key that holds no credit and is not busy, and has no static share
+// on this replica (a rule without shares, or a replica that joined after
+// the epoch's sharers, whose shares leave room: a founding epoch's),
 // has its waiters' units charged as a hit in the round they wait for. The
 // reply says whether they fit beside the other replicas' reservations;
 // if so they are admitted. A key whose requests come too seldom for
@@ -34,21 +36,52 @@ import "time"
 const probeMost = 4
 
 // probeFor picks the units the round charges for the waiters: all of
-// them, when the key has no share and no credit, is not busy (its rounds
-// come every sync interval, and credit rides them), no window of it ends
-// within boundaryLead (nearEnd), and its last view, if any, has room for
-// them beside the others' reservations. cs.mu must be held.
-func (cs *creditState) probeFor(snow int64) int64 {
-	if cs.share != nil || cs.busy || len(cs.waiters) == 0 || cs.waiting == 0 || cs.credit.Load() > 0 || cs.nearEnd(snow) {
+// them, when the key has no credit, is not busy (its rounds come every
+// sync interval, and credit rides them), no window of it ends within
+// boundaryLead (nearEnd), and its last view, if any, has room for them
+// beside the others' reservations and shares. A key with static shares
+// is probed only while this replica holds no share of the epoch (it
+// joined after the epoch's sharers) and, with no view, the sharers leave
+// room (a founding epoch's hold half the window). cs.mu must be held.
+func (e *engine) probeFor(cs *creditState, snow, now int64) int64 {
+	if cs.busy || len(cs.waiters) == 0 || cs.waiting == 0 || cs.credit.Load() > 0 || cs.nearEnd(snow) {
 		return 0
 	}
-	if v := cs.view.Load(); v != nil && cs.waitOn(v, snow, int64(cs.waiting), v.others) != 0 {
-		return 0
+	v := cs.view.Load()
+	switch {
+	case v != nil:
+		if cs.waitOn(v, snow, int64(cs.waiting), v.others) != 0 {
+			return 0
+		}
+	case cs.share != nil:
+		if satAdd(e.sharesHeld(cs, snow, now), cs.waiting) > cs.ws[0].Limit {
+			return 0
+		}
+	}
+	if cs.share != nil && e.sharers(snow/int64(cs.ws[0].Period)*int64(cs.ws[0].Period), int64(cs.ws[0].Period), now) != 0 {
+		return 0 // its share serves it, or the share's own waits apply
 	}
 	for _, w := range cs.waiters {
 		w.probed = true
 	}
 	return int64(cs.waiting)
+}
+
+// sharesHeld is what the sharers of the epoch of snow hold of a key with
+// static shares by the registry as last heard: the whole window when the
+// copy is too old to count them.
+func (e *engine) sharesHeld(cs *creditState, snow, now int64) uint64 {
+	w := cs.ws[0]
+	if !e.registryFresh(now) {
+		return w.Limit
+	}
+	p := int64(w.Period)
+	n := e.sharerCount(snow/p*p, p)
+	if n == 0 {
+		return 0
+	}
+	size := ShareSize(w, cs.rule.Tuning.share(), n)
+	return satMul(size, uint64(max(n, -n)))
 }
 
 // probeWant is the credit a round that probes asks for: none when want

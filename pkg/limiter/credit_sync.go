@@ -74,7 +74,7 @@ func (e *engine) prepare(cs *creditState, now int64) SyncItem {
 		want = 0
 	}
 	var h int64
-	probe := cs.probeFor(snow)
+	probe := e.probeFor(cs, snow, now)
 	if probe > 0 {
 		want = probeWant(want, cs.waiting) // the probe asks for the waiters' units
 	}

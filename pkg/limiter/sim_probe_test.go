@@ -2,10 +2,12 @@ package limiter_test
 
 import (
 	"context"
+	"fmt"
 	"math/rand/v2"
 	"sync"
 	"sync/atomic"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/ratelimit-svc/ratelimit-svc/pkg/limiter"
@@ -120,6 +122,62 @@ func TestSimProbeFailedRounds(t *testing.T) {
 			r.faulty.SetDown(true)
 			time.Sleep(50 * time.Millisecond)
 			r.faulty.SetDown(false)
+		}
+	})
+}
+
+// TestSimProbeLateFounders: in a fresh deployment's first minute, b and
+// c join 2 s after a, too late to be founders (registry.go): they hold no
+// share of the minute, whose founder holds half of it. Each key's first
+// request on them waits for a round, which charges it (a probe: the half
+// the founder does not hold has room) and admits it: about one key sync a
+// request, where reserving credit and pushing the hit later took 2.5. The
+// founder's keys stay local; nothing is denied.
+func TestSimProbeLateFounders(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		// Start 20 s into a minute: the whole test lies in its first.
+		time.Sleep(time.Until(time.Now().Truncate(time.Minute).Add(20 * time.Second)))
+		st := &itemCounter{Store: memstore.New(nil)}
+		a := runReplicas(t, st, "a")[0]
+		time.Sleep(2 * time.Second)
+		late := runReplicas(t, st, "b", "c")
+		time.Sleep(2 * time.Second)
+		rule := &limiter.Rule{Algorithm: limiter.FixedWindow, Windows: []limiter.Window{{Limit: 100, Period: time.Minute}}}
+		items0 := st.items.Load()
+		var decided int
+		var denied atomic.Int64
+		var wg sync.WaitGroup
+		for i := range 2000 {
+			key := []byte(fmt.Sprintf("user=%d|%s", i, rule.Fingerprint()))
+			for _, l := range append(late, a) {
+				wg.Go(func() {
+					out := make([]limiter.Result, 1)
+					ok, err := l.Decide([]limiter.Request{{Key: key, Rule: rule}}, out)
+					if err != nil {
+						t.Error(err)
+					}
+					if !ok {
+						denied.Add(1)
+					}
+				})
+				decided++
+			}
+			if i%50 == 49 {
+				time.Sleep(10 * time.Millisecond) // 5 000 requests a second
+			}
+		}
+		wg.Wait()
+		time.Sleep(3 * time.Second) // the pushes and hand-backs that follow
+		syncs := st.items.Load() - items0
+		st.closed.Store(true)
+		perLate := float64(syncs) / float64(2*2000)
+		t.Logf("%d decisions, %d denied; %d key syncs, %.2f a decision of a late replica; a: %v; b: %v",
+			decided, denied.Load(), syncs, perLate, a.Stats().Decisions, late[0].Stats().Decisions)
+		if denied.Load() > 0 {
+			t.Errorf("%d of %d first requests denied", denied.Load(), decided)
+		}
+		if perLate > 1.2 {
+			t.Errorf("%.2f key syncs a first request of a late replica, want at most 1.2", perLate)
 		}
 	})
 }
