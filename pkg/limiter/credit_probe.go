@@ -94,21 +94,28 @@ func probeWant(want, waiting uint64) uint64 {
 }
 
 // addProbes appends to the item the probe, charged at snow, and the
-// refunds of earlier probes still in their windows (dropping the others).
-// cs.mu must be held.
+// refunds of earlier probes still in their windows, not within
+// boundaryLead of their end (the store refunds in the window current
+// when it applies them); it keeps those near the end for the next round,
+// which drops them once their window is over. cs.mu must be held.
 func (cs *creditState) addProbes(it *SyncItem, probe, snow int64) {
 	cs.probe, cs.probeAt = probe, snow
 	if probe > 0 {
 		it.Hits = append(it.Hits, Hit{At: snow, N: probe})
 	}
-	sent := cs.unprobe[:0]
+	var sent, kept []Hit
+	near := cs.nearEnd(snow)
 	for _, h := range cs.unprobe {
-		if cs.sameWindows(h.At, snow) {
+		switch {
+		case !cs.sameWindows(h.At, snow):
+		case near:
+			kept = append(kept, h)
+		default:
 			it.Hits = append(it.Hits, Hit{At: snow, N: -h.N})
 			sent = append(sent, h)
 		}
 	}
-	cs.unprobe, cs.unprobeSent = nil, sent
+	cs.unprobe, cs.unprobeSent = kept, sent
 }
 
 // nearEnd reports whether a window of the key ends within boundaryLead
