@@ -168,19 +168,8 @@ func TestSimSlotsWithoutStore(t *testing.T) {
 		var engine sync.WaitGroup
 		engine.Go(func() { l.Run(ctx) })
 		time.Sleep(1500 * time.Millisecond) // past CacheTTL since the start
-		var held []*limiter.Slot
-		for {
-			s, ok := l.Acquire("new-key", 5)
-			if !ok {
-				break
-			}
-			held = append(held, s)
-		}
-		if len(held) != 5 {
-			t.Errorf("held %d slots of 5 with the store down since the start, want 5", len(held))
-		}
-		for _, s := range held {
-			s.Release()
+		if held := acquireAll(l, "new-key", 5); held != 5 {
+			t.Errorf("held %d slots of 5 with the store down since the start, want 5", held)
 		}
 		cancel()
 		engine.Wait()

@@ -746,22 +746,28 @@ func TestSimSlotsInOutage(t *testing.T) {
 		st.down.Store(true)
 		time.Sleep(1500 * time.Millisecond) // past CacheTTL: degraded
 		for i, l := range lims {
-			var held []*limiter.Slot
-			for {
-				s, ok := l.Acquire("new-key", 5)
-				if !ok {
-					break
-				}
-				held = append(held, s)
-			}
-			if len(held) != 3 {
-				t.Errorf("replica %d held %d slots of 5 in the outage, want ⌈5/2⌉ = 3", i, len(held))
-			}
-			for _, s := range held {
-				s.Release()
+			if held := acquireAll(l, "new-key", 5); held != 3 {
+				t.Errorf("replica %d held %d slots of 5 in the outage, want ⌈5/2⌉ = 3", i, held)
 			}
 		}
 		cancel()
 		engines.Wait()
 	})
+}
+
+// acquireAll takes slots of key, of max, until one is refused, releases
+// them, and returns how many it held.
+func acquireAll(l *limiter.Limiter, key string, max uint64) int {
+	var held []*limiter.Slot
+	for {
+		s, ok := l.Acquire(key, max)
+		if !ok {
+			break
+		}
+		held = append(held, s)
+	}
+	for _, s := range held {
+		s.Release()
+	}
+	return len(held)
 }
