@@ -163,6 +163,7 @@ func (e *engine) creditDecide(res *Result, cs *creditState, r *Request, hits uin
 		return
 	}
 	if ok, at := e.spendShare(cs, n, now, false); ok {
+		e.missedBySeed(cs, r.Rule, n)
 		e.viewResult(res, cs, now, true, 0)
 		return
 	} else if at > 0 && at-now <= int64(r.Rule.Tuning.storeTimeout()) && !cs.share.founding.Load() {
@@ -183,6 +184,7 @@ func (e *engine) creditDecide(res *Result, cs *creditState, r *Request, hits uin
 		return
 	}
 	if e.spend(cs, n, now) {
+		e.missedBySeed(cs, r.Rule, n)
 		e.viewResult(res, cs, now, true, 0)
 		return
 	}

@@ -155,3 +155,27 @@ func (e *engine) lastReached() int64 {
 	}
 	return e.started.Load()
 }
+
+// missedBySeed charges n units just admitted from the key's share or
+// credit to its fail-static windows if the store went degraded meanwhile:
+// a request that decided degraded while this one was admitted may have
+// seeded the windows (seedFallback) before these units counted anywhere
+// it reads. Counted twice at worst, which is conservative. Off an outage
+// it costs the hot path the two loads of storeHealthy.
+func (e *engine) missedBySeed(cs *creditState, rule *Rule, n int64) {
+	if e.storeHealthy() || !e.degraded(rule, e.now()) {
+		return
+	}
+	cs.mu.Lock()
+	defer cs.mu.Unlock()
+	fb := cs.fallback
+	if fb == nil || fb.ok != e.outageOK.Load() || len(fb.ws) != len(rule.Windows) {
+		return // not seeded in this outage: the seed will count them
+	}
+	now := e.now()
+	for i, w := range rule.Windows {
+		w.Limit = (w.Limit + fb.n - 1) / fb.n
+		w.Burst = (w.Burst + fb.n - 1) / fb.n
+		fb.ws[i].Charge(w, rule.Algorithm, now, uint64(n))
+	}
+}
