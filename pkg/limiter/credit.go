@@ -79,17 +79,11 @@ type creditLocked struct {
 	rule    *Rule
 	ws      []Window // rule.Windows with periods in µs, the store's unit
 	waiters []*waiter
-	waiting uint64 // units the waiters want
-	asked   uint64 // waiting units the in-flight sync asked for
-	flying  int64  // units admitted that the in-flight sync pushes (hits, share hits)
-	// probe is the units the in-flight sync charges for waiters, at
-	// probeAt (store µs), none admitted yet; unprobe the refunds of
-	// probes not admitted, unprobeSent those the in-flight sync pushes
-	// (credit_probe.go).
-	probe, probeAt       int64
-	probed               int64 // units probes admitted since the last round (want's rate)
-	unprobe, unprobeSent []Hit
-	late                 []Hit // hits snapshotted just before a window boundary
+	waiting uint64  // units the waiters want
+	asked   uint64  // waiting units the in-flight sync asked for
+	flying  int64   // units admitted that the in-flight sync pushes (hits, share hits)
+	probes  *probes // the key's probes (credit_probe.go); nil until its first
+	late    []Hit   // hits snapshotted just before a window boundary
 	// overrunEpoch is the window (of the first period) overrunLeft was set in.
 	overrunEpoch int64
 	unused       int64 // credit when the in-flight sync was sent

@@ -35,6 +35,30 @@ import "time"
 // requests on. A key that wants more gets the rest in the probe's round.
 const probeMost = 4
 
+// probes is a key's probe bookkeeping, allocated by its first probe: a
+// key that never waits (one that admits from its static share) carries
+// only the pointer. Its creditState's mu guards it.
+type probes struct {
+	n, at    int64 // units the in-flight sync charges for waiters, at store µs at; none admitted yet
+	admitted int64 // units probes admitted since the last round (want's rate)
+	refunds  []Hit // units of probes not admitted, to refund
+	sent     []Hit // those of refunds the in-flight sync pushes
+}
+
+// owed reports refunds to push.
+func (p *probes) owed() bool { return p != nil && len(p.refunds) > 0 }
+
+// takeAdmitted returns the units probes admitted since it was last
+// called.
+func (p *probes) takeAdmitted() int64 {
+	if p == nil {
+		return 0
+	}
+	a := p.admitted
+	p.admitted = 0
+	return a
+}
+
 // probeFor picks the units the round charges for the waiters: all of
 // them, when the key has no credit, is not busy (its rounds come every
 // sync interval, and credit rides them), no window of it ends within
@@ -99,13 +123,20 @@ func probeWant(want, waiting uint64) uint64 {
 // when it applies them); it keeps those near the end for the next round,
 // which drops them once their window is over. cs.mu must be held.
 func (cs *creditState) addProbes(it *SyncItem, probe, snow int64) {
-	cs.probe, cs.probeAt = probe, snow
+	if probe == 0 && cs.probes == nil {
+		return
+	}
+	if cs.probes == nil {
+		cs.probes = &probes{}
+	}
+	p := cs.probes
+	p.n, p.at = probe, snow
 	if probe > 0 {
 		it.Hits = append(it.Hits, Hit{At: snow, N: probe})
 	}
 	var sent, kept []Hit
 	near := cs.nearEnd(snow)
-	for _, h := range cs.unprobe {
+	for _, h := range p.refunds {
 		switch {
 		case !cs.sameWindows(h.At, snow):
 		case near:
@@ -115,7 +146,7 @@ func (cs *creditState) addProbes(it *SyncItem, probe, snow int64) {
 			sent = append(sent, h)
 		}
 	}
-	cs.unprobe, cs.unprobeSent = kept, sent
+	p.refunds, p.sent = kept, sent
 }
 
 // nearEnd reports whether a window of the key ends within boundaryLead
@@ -152,12 +183,16 @@ func (cs *creditState) sameWindows(a, b int64) bool {
 // probe refunds addProbes appended, and keeps the refunds for the next
 // round. cs.mu must be held.
 func (cs *creditState) takeBackProbes(hits []Hit) []Hit {
-	n := len(cs.unprobeSent)
-	if cs.probe > 0 {
+	p := cs.probes
+	if p == nil {
+		return hits
+	}
+	n := len(p.sent)
+	if p.n > 0 {
 		n++
 	}
-	cs.unprobe = append(cs.unprobe, cs.unprobeSent...)
-	cs.unprobeSent, cs.probe = nil, 0
+	p.refunds = append(p.refunds, p.sent...)
+	p.sent, p.n = nil, 0
 	for _, w := range cs.waiters {
 		w.probed = false
 	}
@@ -169,12 +204,16 @@ func (cs *creditState) takeBackProbes(hits []Hit) []Hit {
 // not admit to refund. The rest wait on (settleWaiters decides on them).
 // It reports whether the round probed. cs.mu must be held.
 func (e *engine) settleProbe(cs *creditState, r *SyncResult) bool {
-	cs.unprobeSent = nil
-	n := cs.probe
+	p := cs.probes
+	if p == nil {
+		return false
+	}
+	p.sent = nil
+	n := p.n
 	if n == 0 {
 		return false
 	}
-	cs.probe = 0
+	p.n = 0
 	room := cs.probeRoom(r, n)
 	var admitted int64
 	kept := cs.waiters[:0]
@@ -191,21 +230,21 @@ func (e *engine) settleProbe(cs *creditState, r *SyncResult) bool {
 	}
 	clear(cs.waiters[len(kept):])
 	cs.waiters = kept
-	cs.probed += admitted
+	p.admitted += admitted
 	if left := n - admitted; left > 0 {
-		cs.unprobe = append(cs.unprobe, Hit{At: cs.probeAt, N: left})
+		p.refunds = append(p.refunds, Hit{At: p.at, N: left})
 		e.activate(cs)
 		cs.kicked.Store(true)
 	}
 	return true
 }
 
-// probeRoom is how many of the n units the round charged at probeAt fit
+// probeRoom is how many of the n units the round charged (at probes.at) fit
 // beside the other replicas' reservations and this one's: the reply's
 // windows, which count them, less them, hold that much room, in the
 // windows they were charged to; at most n.
 func (cs *creditState) probeRoom(r *SyncResult, n int64) int64 {
-	if len(r.Windows) != len(cs.ws) || !cs.sameWindows(cs.probeAt, r.Now) {
+	if len(r.Windows) != len(cs.ws) || !cs.sameWindows(cs.probes.at, r.Now) {
 		return 0
 	}
 	held := satAdd(r.Others, r.Credit)
