@@ -162,9 +162,9 @@ func (e *engine) unrelease(items []SyncItem) {
 func (sh *shareState) askRelease(epoch int64) bool {
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
-	if sh.released >= epoch || sh.release.Load() {
+	if sh.released >= epoch || sh.has(flagRelease) {
 		return false
 	}
-	sh.release.Store(true)
+	sh.set(flagRelease)
 	return true
 }

@@ -79,11 +79,13 @@ type creditLocked struct {
 	rule    *Rule
 	ws      []Window // rule.Windows with periods in µs, the store's unit
 	waiters []*waiter
-	waiting uint64  // units the waiters want
-	asked   uint64  // waiting units the in-flight sync asked for
-	flying  int64   // units admitted that the in-flight sync pushes (hits, share hits)
-	probes  *probes // the key's probes (credit_probe.go); nil until its first
-	late    []Hit   // hits snapshotted just before a window boundary
+	waiting uint64 // units the waiters want
+	asked   uint64 // waiting units the in-flight sync asked for
+	flying  int64  // units admitted that the in-flight sync pushes (hits, share hits)
+	late    []Hit  // hits snapshotted just before a window boundary
+	// extra is what few keys need: their probes and fail-static windows;
+	// nil until the first.
+	extra *keyExtras
 	// overrunEpoch is the window (of the first period) overrunLeft was set in.
 	overrunEpoch int64
 	unused       int64 // credit when the in-flight sync was sent
@@ -91,12 +93,44 @@ type creditLocked struct {
 	lastSync     int64 // local ns of the last completed sync
 	nextSync     int64 // local ns when the key is next due
 	rate         float64
-	fallback     *fallback // set while degraded (fail-static); nil before the first outage
-	inflight     bool      // a sync of the key is in flight
-	collected    bool      // listed for the round being built
-	busy         bool      // syncs every sync interval: a window is over half used, or requests wait
-	tight        bool      // over half of a window is used or reserved: credit is held only to its end
-	refill       bool      // a busy sliding-window key left without credit: due again when a unit frees
+	inflight     bool // a sync of the key is in flight
+	collected    bool // listed for the round being built
+	busy         bool // syncs every sync interval: a window is over half used, or requests wait
+	tight        bool // over half of a window is used or reserved: credit is held only to its end
+	refill       bool // a busy sliding-window key left without credit: due again when a unit frees
+}
+
+// keyExtras is the part of a key's credit state few keys need, apart
+// so that the rest of the keys (a key with a static share: 480 bytes with
+// it) do not carry it. The creditState's mu guards it.
+type keyExtras struct {
+	probes   probes    // its probes (credit_probe.go)
+	fallback *fallback // set while degraded (fail-static); nil before the first outage
+}
+
+// extras returns the key's extras, made on first use. cs.mu must be held.
+func (cs *creditState) extras() *keyExtras {
+	if cs.extra == nil {
+		cs.extra = &keyExtras{}
+	}
+	return cs.extra
+}
+
+// prb is the key's probes, nil before its first. cs.mu must be held.
+func (cs *creditState) prb() *probes {
+	if cs.extra == nil {
+		return nil
+	}
+	return &cs.extra.probes
+}
+
+// fb is the key's fail-static windows, nil before its first outage.
+// cs.mu must be held.
+func (cs *creditState) fb() *fallback {
+	if cs.extra == nil {
+		return nil
+	}
+	return cs.extra.fallback
 }
 
 // fallback is a key's local windows while the store is unreachable
@@ -160,7 +194,7 @@ func (e *engine) creditDecide(res *Result, cs *creditState, r *Request, hits uin
 		e.missedBySeed(cs, r.Rule, n)
 		e.viewResult(res, cs, now, true, 0)
 		return
-	} else if at > 0 && at-now <= int64(r.Rule.Tuning.storeTimeout()) && !cs.share.founding.Load() {
+	} else if at > 0 && at-now <= int64(r.Rule.Tuning.storeTimeout()) && !cs.share.has(flagFounding) {
 		// Within the clock's uncertainty of a boundary, which the store
 		// cannot help with, and the share of one of the two epochs is
 		// spent: wait until the epoch is known.

@@ -35,9 +35,8 @@ import "time"
 // requests on. A key that wants more gets the rest in the probe's round.
 const probeMost = 4
 
-// probes is a key's probe bookkeeping, allocated by its first probe: a
-// key that never waits (one that admits from its static share) carries
-// only the pointer. Its creditState's mu guards it.
+// probes is a key's probe bookkeeping, in its extras (keyExtras),
+// made by its first probe. Its creditState's mu guards it.
 type probes struct {
 	n, at    int64 // units the in-flight sync charges for waiters, at store µs at; none admitted yet
 	admitted int64 // units probes admitted since the last round (want's rate)
@@ -123,13 +122,10 @@ func probeWant(want, waiting uint64) uint64 {
 // when it applies them); it keeps those near the end for the next round,
 // which drops them once their window is over. cs.mu must be held.
 func (cs *creditState) addProbes(it *SyncItem, probe, snow int64) {
-	if probe == 0 && cs.probes == nil {
+	if probe == 0 && cs.prb() == nil {
 		return
 	}
-	if cs.probes == nil {
-		cs.probes = &probes{}
-	}
-	p := cs.probes
+	p := &cs.extras().probes
 	p.n, p.at = probe, snow
 	if probe > 0 {
 		it.Hits = append(it.Hits, Hit{At: snow, N: probe})
@@ -183,7 +179,7 @@ func (cs *creditState) sameWindows(a, b int64) bool {
 // probe refunds addProbes appended, and keeps the refunds for the next
 // round. cs.mu must be held.
 func (cs *creditState) takeBackProbes(hits []Hit) []Hit {
-	p := cs.probes
+	p := cs.prb()
 	if p == nil {
 		return hits
 	}
@@ -204,7 +200,7 @@ func (cs *creditState) takeBackProbes(hits []Hit) []Hit {
 // not admit to refund. The rest wait on (settleWaiters decides on them).
 // It reports whether the round probed. cs.mu must be held.
 func (e *engine) settleProbe(cs *creditState, r *SyncResult) bool {
-	p := cs.probes
+	p := cs.prb()
 	if p == nil {
 		return false
 	}
@@ -244,7 +240,7 @@ func (e *engine) settleProbe(cs *creditState, r *SyncResult) bool {
 // windows, which count them, less them, hold that much room, in the
 // windows they were charged to; at most n.
 func (cs *creditState) probeRoom(r *SyncResult, n int64) int64 {
-	if len(r.Windows) != len(cs.ws) || !cs.sameWindows(cs.probes.at, r.Now) {
+	if len(r.Windows) != len(cs.ws) || !cs.sameWindows(cs.prb().at, r.Now) {
 		return 0
 	}
 	held := satAdd(r.Others, r.Credit)

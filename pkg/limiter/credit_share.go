@@ -58,7 +58,6 @@ type shareState struct {
 	epoch    int64       // the epoch size and sharers were reckoned for
 	recheck  int64       // store µs to reckon them again at: a founding epoch's founders known (0: none)
 	size     uint64      // S for epoch; 0: no share this epoch
-	sharers  int         // n for epoch
 	pending  []Hit       // share hits not yet pushed
 	released int64       // the last epoch of the share this replica released
 	// next counts units charged ahead to the share of epoch nextEpoch,
@@ -66,12 +65,25 @@ type shareState struct {
 	// boundary count in both epochs' shares (share_boundary.go).
 	next      uint64
 	nextEpoch int64
-	// release asks the next sync to release the current epoch's share.
-	release atomic.Bool
-	// founding: the last spend found a founding epoch whose founders are
-	// not known yet (registry.go); a request waits for them.
-	founding atomic.Bool
+	// flags: flagRelease, flagFounding.
+	flags   atomic.Uint32
+	sharers int32 // n for epoch; beside flags, so a key with its share fits 480 bytes
 }
+
+// Flags of a share (shareState.flags).
+const (
+	// flagRelease asks the next sync to release the current epoch's share.
+	flagRelease uint32 = 1 << iota
+	// flagFounding: the last spend found a founding epoch whose founders
+	// are not known yet (registry.go); a request waits for them.
+	flagFounding
+)
+
+func (sh *shareState) has(f uint32) bool { return sh.flags.Load()&f != 0 }
+func (sh *shareState) set(f uint32)      { sh.flags.Or(f) }
+
+// unset clears f and reports whether it was set.
+func (sh *shareState) unset(f uint32) bool { return sh.flags.And(^f)&f != 0 }
 
 // shareable reports whether rule's keys hold static shares: rules of one
 // fixed window. A sliding window's count carries the previous epoch's
@@ -172,10 +184,10 @@ func (e *engine) spendShare(cs *creditState, n, now int64, dry bool) (bool, int6
 		return false, now + ((snow+slack)/p*p+slack-snow)*1000
 	}
 	if ep != sh.epoch || sh.recheck != 0 && snow >= sh.recheck {
-		sh.epoch, sh.sharers = ep, e.sharers(ep*p, p, now)
+		sh.epoch, sh.sharers = ep, int32(e.sharers(ep*p, p, now))
 		sh.size, sh.recheck = 0, 0
 		if sh.sharers != 0 {
-			sh.size = ShareSize(w, cs.rule.Tuning.share(), sh.sharers)
+			sh.size = ShareSize(w, cs.rule.Tuning.share(), int(sh.sharers))
 		} else {
 			sh.recheck = e.foundersDue(ep*p, p)
 		}
@@ -188,13 +200,13 @@ func (e *engine) spendShare(cs *creditState, n, now int64, dry bool) (bool, int6
 		if sh.recheck != 0 && sh.released < ep {
 			// A founding epoch whose founders this replica's copy of the
 			// registry does not list all of yet: known in a moment.
-			sh.founding.Store(true)
+			sh.set(flagFounding)
 			return false, max(e.localOf(sh.recheck), now+int64(tick))
 		}
 		sh.none.Store(e.localOf((ep + 1) * p))
 	}
-	if sh.founding.Load() {
-		sh.founding.Store(false) // written only when it changes: every admit passes here
+	if sh.has(flagFounding) {
+		sh.unset(flagFounding) // written only when it changes: every admit passes here
 	}
 	if size == 0 {
 		return false, 0
@@ -305,7 +317,7 @@ func (sh *shareState) takeShare(it *SyncItem, snow int64, w Window, sharer bool)
 	// (a round that failed) by the replica that made it; a share of an
 	// epoch this replica no longer holds is released unasked.
 	ep := snow / int64(w.Period)
-	if sh.release.Swap(false) && (sharer || sh.released >= ep) || !sharer && sh.stray(ep) {
+	if sh.unset(flagRelease) && (sharer || sh.released >= ep) || !sharer && sh.stray(ep) {
 		sh.released = ep
 		sh.none.Store(0)
 		it.Release = snow
@@ -349,7 +361,7 @@ func (sh *shareState) untake(it SyncItem) {
 	}
 	sh.pending = append(it.ShareHits, sh.pending...)
 	if it.Release != 0 {
-		sh.release.Store(true) // still released locally; said again next round
+		sh.set(flagRelease) // still released locally; said again next round
 	}
 }
 
@@ -359,7 +371,7 @@ func (sh *shareState) untake(it SyncItem) {
 // of the keys due may pass it by.
 func (cs *creditState) shareOnly() bool {
 	return cs.share != nil && cs.view.Load() == nil && !cs.kicked.Load() && cs.credit.Load() <= 0 &&
-		cs.hits.Load() == 0 && cs.refunds.Load() == 0 && !cs.share.release.Load()
+		cs.hits.Load() == 0 && cs.refunds.Load() == 0 && !cs.share.has(flagRelease)
 }
 
 // ample reports a share with more than an eighth of it left in the
@@ -456,7 +468,7 @@ func (e *engine) initShare(sh *shareState, key string) {
 // leaves short.
 func (e *engine) awaitFounders(cs *creditState, n, at, now int64, rule *Rule) bool {
 	deadline := now + int64(rule.Tuning.storeTimeout()+coldRoundWait)
-	for at > 0 && at <= deadline && cs.share.founding.Load() {
+	for at > 0 && at <= deadline && cs.share.has(flagFounding) {
 		time.Sleep(time.Duration(at - now))
 		now = e.now()
 		var ok bool

@@ -40,15 +40,15 @@ func (cs *creditState) starvedInNewWindow(snow int64) bool {
 // busy interval would only refresh its view. cs.mu must be held.
 func (cs *creditState) holdsStill(now int64) bool {
 	c := cs.credit.Load()
-	return c >= 0 && c <= 1 && !cs.refill && cs.hits.Load() == 0 && cs.refunds.Load() == 0 && len(cs.late) == 0 && !cs.probes.owed() &&
+	return c >= 0 && c <= 1 && !cs.refill && cs.hits.Load() == 0 && cs.refunds.Load() == 0 && len(cs.late) == 0 && !cs.prb().owed() &&
 		now-cs.lastSync < int64(quietInterval)
 }
 
 // needsSync: a key with nothing to push, no credit and no waiters has
 // nothing to say to the store. cs.mu must be held.
 func (cs *creditState) needsSync() bool {
-	return cs.hits.Load() != 0 || cs.refunds.Load() != 0 || len(cs.late) > 0 || cs.probes.owed() || cs.credit.Load() > 0 || len(cs.waiters) > 0 || cs.refill ||
-		cs.kicked.Load() || cs.view.Load() == nil && cs.share == nil || cs.share != nil && cs.share.release.Load()
+	return cs.hits.Load() != 0 || cs.refunds.Load() != 0 || len(cs.late) > 0 || cs.prb().owed() || cs.credit.Load() > 0 || len(cs.waiters) > 0 || cs.refill ||
+		cs.kicked.Load() || cs.view.Load() == nil && cs.share == nil || cs.share != nil && cs.share.has(flagRelease)
 }
 
 // prepare takes the key's pending hits and builds its item.
@@ -59,7 +59,7 @@ func (e *engine) prepare(cs *creditState, now int64) SyncItem {
 	cs.inflight, cs.sentAt, cs.asked, cs.collected = true, now, cs.waiting, false
 	cs.kicked.Store(false)
 	snow := e.storeNow(now)
-	want := cs.want(now, snow, max(cs.hits.Load(), 0)+cs.share.pendingUnits()+cs.probes.takeAdmitted())
+	want := cs.want(now, snow, max(cs.hits.Load(), 0)+cs.share.pendingUnits()+cs.prb().takeAdmitted())
 	if len(cs.waiters) == 0 && cs.share.ample(cs.ws[0], snow) {
 		want = 0 // the share has room: no credit beside it
 	}

@@ -305,21 +305,21 @@ func (e *engine) degradedDecide(cs *creditState, rule *Rule, n int64, now int64)
 	}
 	cs.mu.Lock()
 	defer cs.mu.Unlock()
-	if ok := e.outageOK.Load(); cs.fallback == nil || len(cs.fallback.ws) != len(rule.Windows) || cs.fallback.ok != ok {
+	if ok := e.outageOK.Load(); cs.fb() == nil || len(cs.fb().ws) != len(rule.Windows) || cs.fb().ok != ok {
 		// A new outage: what the key admitted since the last one, from
 		// its share and its credit, counts against this one, at the N of
 		// its start (the registry as heard back after it may not yet
 		// count every replica).
 		n := uint64(max(e.replicas.Load(), 1))
-		cs.fallback = &fallback{ws: cs.seedFallback(e, rule, n, now), ok: ok, n: n}
+		cs.extras().fallback = &fallback{ws: cs.seedFallback(e, rule, n, now), ok: ok, n: n}
 	}
-	if n := uint64(e.replicas.Load()); n > cs.fallback.n && e.storeHealthy() {
+	if n := uint64(e.replicas.Load()); n > cs.fb().n && e.storeHealthy() {
 		// Settling, and the registry heard since counts more replicas
 		// than the outage began with (a replica that never reached the
 		// store counted itself alone): enforce the smaller part.
-		cs.fallback.n = n
+		cs.fb().n = n
 	}
-	fb, shares := cs.fallback.ws, cs.fallback.n
+	fb, shares := cs.fb().ws, cs.fb().n
 	res := Result{Allowed: true, Mode: ModeDegraded}
 	var wait time.Duration
 	for i, w := range rule.Windows {

@@ -97,7 +97,8 @@ func (cs *creditState) settlingLocked(e *engine, now int64) bool {
 // degradedIn reports whether the key was decided in degraded mode in the
 // last outage (its fallback was seeded in it). cs.mu must be held.
 func (cs *creditState) degradedIn(e *engine) bool {
-	return cs.fallback != nil && len(cs.fallback.ws) > 0 && cs.fallback.ok == e.outageOK.Load()
+	fb := cs.fb()
+	return fb != nil && len(fb.ws) > 0 && fb.ok == e.outageOK.Load()
 }
 
 // answered records a store call answered at now: a store back from
@@ -168,7 +169,7 @@ func (e *engine) missedBySeed(cs *creditState, rule *Rule, n int64) {
 	}
 	cs.mu.Lock()
 	defer cs.mu.Unlock()
-	fb := cs.fallback
+	fb := cs.fb()
 	if fb == nil || fb.ok != e.outageOK.Load() || len(fb.ws) != len(rule.Windows) {
 		return // not seeded in this outage: the seed will count them
 	}

@@ -342,7 +342,7 @@ func TestContentionReleasesItsEpoch(t *testing.T) {
 			if items := l.eng.releases(now); len(items) != 0 {
 				t.Fatalf("release items for a key this replica holds: %+v", items)
 			}
-			if got := cs.share.release.Load(); got != tt.release {
+			if got := cs.share.has(flagRelease); got != tt.release {
 				t.Fatalf("share release asked: %v, want %v", got, tt.release)
 			}
 		})

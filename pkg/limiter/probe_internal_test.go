@@ -42,11 +42,11 @@ func TestProbeBookkeeping(t *testing.T) {
 	if !recv(ws[0]) || !recv(ws[1]) || len(ws[2].done) != 0 {
 		t.Fatal("want the first two waiters admitted, the third waiting")
 	}
-	if len(cs.waiters) != 1 || cs.waiting != 1 || cs.probes.admitted != 2 {
-		t.Fatalf("waiters %d, waiting %d, probed %d", len(cs.waiters), cs.waiting, cs.probes.admitted)
+	if len(cs.waiters) != 1 || cs.waiting != 1 || cs.prb().admitted != 2 {
+		t.Fatalf("waiters %d, waiting %d, probed %d", len(cs.waiters), cs.waiting, cs.prb().admitted)
 	}
-	if len(cs.probes.refunds) != 1 || cs.probes.refunds[0] != (Hit{At: snow, N: 1}) {
-		t.Fatalf("refunds %v, want the third's unit at the probe's instant", cs.probes.refunds)
+	if len(cs.prb().refunds) != 1 || cs.prb().refunds[0] != (Hit{At: snow, N: 1}) {
+		t.Fatalf("refunds %v, want the third's unit at the probe's instant", cs.prb().refunds)
 	}
 	// The next round refunds it; it fails, and the refund waits again.
 	it = SyncItem{Hits: []Hit{{At: snow + 2000, N: 4}}}
@@ -57,26 +57,26 @@ func TestProbeBookkeeping(t *testing.T) {
 	if got := cs.takeBackProbes(it.Hits); len(got) != 1 || got[0].N != 4 {
 		t.Fatalf("a failed round's hits without its refund: %v", got)
 	}
-	if len(cs.probes.refunds) != 1 {
-		t.Fatalf("refunds after a failed round: %v, want the one back", cs.probes.refunds)
+	if len(cs.prb().refunds) != 1 {
+		t.Fatalf("refunds after a failed round: %v, want the one back", cs.prb().refunds)
 	}
 	// Near the window's end it is kept; in the next window dropped.
 	it = SyncItem{}
 	cs.addProbes(&it, 0, 101*sec-1000)
-	if len(it.Hits) != 0 || len(cs.probes.refunds) != 1 {
-		t.Fatalf("near the end: item hits %v, kept %v", it.Hits, cs.probes.refunds)
+	if len(it.Hits) != 0 || len(cs.prb().refunds) != 1 {
+		t.Fatalf("near the end: item hits %v, kept %v", it.Hits, cs.prb().refunds)
 	}
 	cs.addProbes(&it, 0, 101*sec+1000)
-	if len(it.Hits) != 0 || len(cs.probes.refunds) != 0 {
-		t.Fatalf("in the next window: item hits %v, kept %v; want it dropped", it.Hits, cs.probes.refunds)
+	if len(it.Hits) != 0 || len(cs.prb().refunds) != 0 {
+		t.Fatalf("in the next window: item hits %v, kept %v; want it dropped", it.Hits, cs.prb().refunds)
 	}
 	// A reply from the next window admits none of a probe: its units
 	// went to the window they were charged in.
 	cs, ws = newKey()
 	cs.addProbes(&SyncItem{}, e.probeFor(cs, snow, 0), snow)
 	e.settleProbe(cs, &SyncResult{Windows: []WindowState{{Epoch: 101, Prev: 3}}, Now: 101*sec + 10})
-	if len(ws[0].done) != 0 || len(cs.waiters) != 3 || cs.probes.refunds[0].N != 3 {
-		t.Fatalf("across a boundary: waiters %d, refunds %v", len(cs.waiters), cs.probes.refunds)
+	if len(ws[0].done) != 0 || len(cs.waiters) != 3 || cs.prb().refunds[0].N != 3 {
+		t.Fatalf("across a boundary: waiters %d, refunds %v", len(cs.waiters), cs.prb().refunds)
 	}
 	// No probe near a window's end, nor for a key with credit.
 	cs, _ = newKey()
