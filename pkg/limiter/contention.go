@@ -8,6 +8,26 @@ import (
 // The contention feed, the replica's side: reading the keys other
 // replicas need the shares of, and releasing this replica's share of
 // them (see the package doc and credit_share.go).
+//
+// Contention. When requests on one replica wait for budget that other
+// replicas hold, as shares or as credit, the store publishes the key
+// (Store.Contention); every replica that reads it (each tick) releases
+// the rest of its share of the key in that epoch, pushing its share hits
+// with the release, and hands back its unused credit: a key at its limit
+// is shared by credit alone, whose last units go to the requests that
+// wait for them. Those requests wait past their StoreTimeout for it, up
+// to contentionWait, while the store answers fast enough for a release
+// and a round to fit in that time; a request is denied at once only when
+// the window is full but for what others hold and use. A key still at
+// its limit in the next epoch is published again. Only a replica that
+// holds a share of an epoch releases it, the store counting every record
+// as one of the epoch's sharers; but a replica that spent from a share
+// of the epoch and no longer holds one (a store back empty keeps a new
+// registry, which counts no sharer of the epoch under way) releases it
+// unasked, or the store would count the rest of its record as held.
+
+// maxContended bounds the contended keys a replica remembers.
+const maxContended = 4096
 
 // contention is a key another replica needs the shares of in an epoch.
 type contention struct {

@@ -24,26 +24,6 @@ import (
 // it was alive in, so shares never grow within an epoch; so does one
 // whose lease ended in an outage and that joined again (the registry
 // keeps its earlier incarnation), and it keeps its share of those epochs.
-//
-// Contention. When requests on one replica wait for budget that other
-// replicas hold, as shares or as credit, the store publishes the key
-// (Store.Contention); every replica that reads it (each tick) releases
-// the rest of its share of the key in that epoch, pushing its share hits
-// with the release, and hands back its unused credit: a key at its limit
-// is shared by credit alone, whose last units go to the requests that
-// wait for them. Those requests wait past their StoreTimeout for it, up
-// to contentionWait, while the store answers fast enough for a release
-// and a round to fit in that time; a request is denied at once only when
-// the window is full but for what others hold and use. A key still at
-// its limit in the next epoch is published again. Only a replica that
-// holds a share of an epoch releases it, the store counting every record
-// as one of the epoch's sharers; but a replica that spent from a share
-// of the epoch and no longer holds one (a store back empty keeps a new
-// registry, which counts no sharer of the epoch under way) releases it
-// unasked, or the store would count the rest of its record as held.
-
-// maxContended bounds the contended keys a replica remembers.
-const maxContended = 4096
 
 // shareState is a key's static share on this replica. mu guards all but
 // the atomics.
@@ -91,68 +71,6 @@ func (sh *shareState) unset(f uint32) bool { return sh.flags.And(^f)&f != 0 }
 // find already spent; a token bucket has no epochs to fix them in.
 func shareable(rule *Rule) bool {
 	return len(rule.Windows) == 1 && rule.Algorithm == FixedWindow
-}
-
-// memberView is the registry as last heard, and when (local ns).
-type memberView struct {
-	m  Membership
-	at int64
-}
-
-// sharerCount is n for an epoch that began at start of a window of period
-// (both store µs), from the registry as last heard: what a sync tells the
-// store to count.
-func (e *engine) sharerCount(start, period int64) int {
-	mv := e.members.Load()
-	if mv == nil {
-		return 0
-	}
-	return mv.m.Sharers(start, period, lease)
-}
-
-// registryFresh reports whether this replica's copy of the registry is
-// young enough (lease less a heartbeat) for every replica to count the
-// same sharers from it.
-func (e *engine) registryFresh(now int64) bool {
-	mv := e.members.Load()
-	return mv != nil && now-mv.at <= int64(lease-heartbeatEvery)
-}
-
-// sharers is n for an epoch that began at start if this replica holds a
-// share of it, else 0: the registry counts one of its incarnations among
-// the epoch's sharers (a replica back after its lease ended still holds
-// its shares of the epochs its earlier incarnation was counted in). It
-// holds none while its copy of the registry is too old for every replica
-// to count the same n.
-func (e *engine) sharers(start, period, now int64) int {
-	if !e.registryFresh(now) {
-		return 0
-	}
-	mv := e.members.Load()
-	if j := e.joined.Load(); j == 0 || j+int64(lease/time.Microsecond) > start && !mv.m.holds(start, period, lease) {
-		return 0
-	}
-	return e.sharerCount(start, period)
-}
-
-// goneOf is Membership.Gone for an epoch of period that began at start
-// (store µs), from the registry as last heard: what a sync tells the
-// store.
-func (e *engine) goneOf(start, period int64) []string {
-	mv := e.members.Load()
-	if mv == nil {
-		return nil
-	}
-	return mv.m.Gone(start, period, lease)
-}
-
-// foundersDue is Membership.foundersDue from the registry as last heard.
-func (e *engine) foundersDue(start, period int64) int64 {
-	mv := e.members.Load()
-	if mv == nil {
-		return 0
-	}
-	return mv.m.foundersDue(start, period, lease)
 }
 
 // spendShare admits n units from key cs's static share; a dry run only
@@ -427,20 +345,6 @@ func (cs *creditState) stillUsed(now int64) (bool, int64) {
 	}
 	until := cs.lastUse.Load() + 2*int64(maxPeriod(cs.rule))
 	return until > now, until
-}
-
-// dropShares forgets every key's share of the current epochs after this
-// replica joined the registry again (its lease had ended): it holds no
-// share until it is counted again.
-func (e *engine) dropShares() {
-	e.keys.eachCredit(func(_ *entry, cs *creditState) {
-		if sh := cs.share; sh != nil {
-			sh.mu.Lock()
-			sh.epoch = -1 // size and sharers are reckoned again
-			sh.mu.Unlock()
-			sh.none.Store(0)
-		}
-	})
 }
 
 // localOf converts a store instant (µs) to local ns.

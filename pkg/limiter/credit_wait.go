@@ -1,6 +1,9 @@
 package limiter
 
-import "time"
+import (
+	"math"
+	"time"
+)
 
 // Waiting on the store: a request that found no credit waits for a sync
 // round, or past its StoreTimeout for the other replicas to release what
@@ -247,4 +250,94 @@ func (cs *creditState) serveWith(admit func(n int64) bool) {
 	}
 	clear(cs.waiters[len(kept):])
 	cs.waiters = kept
+}
+
+// refreshOverrun sets the overrun budget from the new view: a fresh share
+// in a new window, never more than what is left of the window's share
+// within one, since overruns not yet pushed are missing from every view.
+// cs.mu must be held.
+func (cs *creditState) refreshOverrun(e *engine, now int64) {
+	share := cs.overrunShare(e, now)
+	snow := e.storeNow(now)
+	epoch := snow / int64(cs.ws[0].Period)
+	if epoch == cs.overrunEpoch {
+		share = min(share, cs.overrunLeft.Load())
+	}
+	cs.overrunEpoch = epoch
+	cs.overrunLeft.Store(share)
+}
+
+// overrunShare is this replica's share (1/N) of what the view leaves free
+// after the other replicas' reservations, the hits not yet pushed and its
+// own credit. cs.mu must be held.
+func (cs *creditState) overrunShare(e *engine, now int64) int64 {
+	v := cs.view.Load()
+	snow := e.storeNow(now)
+	free := uint64(math.MaxUint64)
+	for i, w := range cs.ws {
+		free = min(free, satSub(v.windows[i].Remaining(w, cs.rule.Algorithm, snow), v.others))
+	}
+	held := max(cs.hits.Load(), 0) + max(cs.credit.Load(), 0)
+	return max(int64(min(free, math.MaxInt64/2))-held, 0) / max(e.replicas.Load(), 1)
+}
+
+// settleWaiters handles the waiters a sync could not serve. Those that
+// cannot fit even once the other replicas release the static shares they
+// hold are denied at once; the window is full but for reservations. If
+// not even one unit fits so and no credit is left, the key denies
+// locally until it would (for at most deniedFor). The rest ask for
+// another round: at once, unless the reply's credit had lapsed, the
+// shares they need are held or the round asked for them all and got
+// nothing, when they wait for the next tick, and for the release
+// (releasing) past their StoreTimeout. cs.mu must be held.
+func (cs *creditState) settleWaiters(e *engine, now int64, contended, usable bool) {
+	snow := e.storeNow(now)
+	kept := cs.waiters[:0]
+	for _, w := range cs.waiters {
+		if cs.releasedWait(snow, w.n) > 0 {
+			cs.waiting -= uint64(w.n)
+			w.done <- false
+			continue
+		}
+		kept = append(kept, w)
+	}
+	clear(cs.waiters[len(kept):])
+	cs.waiters = kept
+	if wait := cs.releasedWait(snow, 1); wait > 0 && cs.credit.Load() <= 0 {
+		cs.deniedTo.Store(now + int64(cs.deniedFor(e, wait)))
+	}
+	if len(cs.waiters) == 0 {
+		return
+	}
+	cs.kicked.Store(true)
+	v := cs.view.Load()
+	held := cs.keptElsewhere(v) < v.others
+	if held {
+		// The next round says they wait, and the store has the other
+		// replicas give up what they hold: they wait for that.
+		cs.releasing.Store(max(cs.releasing.Load(), now+int64(contentionWait)))
+	}
+	// At once only when this round could not have served them: it granted
+	// units, or more are waiting than it asked for. A round that asked
+	// for them all and got nothing would get nothing again: the next
+	// tick's round asks, rather than a loop of rounds with no pause.
+	if usable && !contended && !held && (cs.grant.Load() > 0 || cs.waiting > cs.asked) {
+		e.kick()
+	}
+}
+
+// deniedFor is how long a key whose window has no room for another wait
+// denies locally: a sync interval; for a key with static shares, whose
+// window is then full of hits (the shares the other replicas hold do not
+// count), until the window clears, less the clock's uncertainty, and at
+// most quietInterval. Asking the store sooner finds it full again: on a
+// busy key, each replica's request waited for a round every sync
+// interval only to be denied. Only a refund frees units in a window
+// full of hits: a local one ends the denial at once (engine.refund),
+// another replica's is seen within quietInterval.
+func (cs *creditState) deniedFor(e *engine, wait time.Duration) time.Duration {
+	if cs.share == nil {
+		return min(wait, cs.rule.Tuning.syncInterval())
+	}
+	return max(min(wait-2*time.Duration(e.clockErr.Load()), quietInterval), 0)
 }

@@ -1,0 +1,82 @@
+package limiter
+
+import "time"
+
+// The replica's view of the registry: which epochs it holds a share of,
+// and how many replicas share each.
+
+// dropShares forgets every key's share of the current epochs after this
+// replica joined the registry again (its lease had ended): it holds no
+// share until it is counted again.
+func (e *engine) dropShares() {
+	e.keys.eachCredit(func(_ *entry, cs *creditState) {
+		if sh := cs.share; sh != nil {
+			sh.mu.Lock()
+			sh.epoch = -1 // size and sharers are reckoned again
+			sh.mu.Unlock()
+			sh.none.Store(0)
+		}
+	})
+}
+
+// memberView is the registry as last heard, and when (local ns).
+type memberView struct {
+	m  Membership
+	at int64
+}
+
+// sharerCount is n for an epoch that began at start of a window of period
+// (both store µs), from the registry as last heard: what a sync tells the
+// store to count.
+func (e *engine) sharerCount(start, period int64) int {
+	mv := e.members.Load()
+	if mv == nil {
+		return 0
+	}
+	return mv.m.Sharers(start, period, lease)
+}
+
+// registryFresh reports whether this replica's copy of the registry is
+// young enough (lease less a heartbeat) for every replica to count the
+// same sharers from it.
+func (e *engine) registryFresh(now int64) bool {
+	mv := e.members.Load()
+	return mv != nil && now-mv.at <= int64(lease-heartbeatEvery)
+}
+
+// sharers is n for an epoch that began at start if this replica holds a
+// share of it, else 0: the registry counts one of its incarnations among
+// the epoch's sharers (a replica back after its lease ended still holds
+// its shares of the epochs its earlier incarnation was counted in). It
+// holds none while its copy of the registry is too old for every replica
+// to count the same n.
+func (e *engine) sharers(start, period, now int64) int {
+	if !e.registryFresh(now) {
+		return 0
+	}
+	mv := e.members.Load()
+	if j := e.joined.Load(); j == 0 || j+int64(lease/time.Microsecond) > start && !mv.m.holds(start, period, lease) {
+		return 0
+	}
+	return e.sharerCount(start, period)
+}
+
+// goneOf is Membership.Gone for an epoch of period that began at start
+// (store µs), from the registry as last heard: what a sync tells the
+// store.
+func (e *engine) goneOf(start, period int64) []string {
+	mv := e.members.Load()
+	if mv == nil {
+		return nil
+	}
+	return mv.m.Gone(start, period, lease)
+}
+
+// foundersDue is Membership.foundersDue from the registry as last heard.
+func (e *engine) foundersDue(start, period int64) int64 {
+	mv := e.members.Load()
+	if mv == nil {
+		return 0
+	}
+	return mv.m.foundersDue(start, period, lease)
+}
