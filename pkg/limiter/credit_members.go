@@ -51,14 +51,33 @@ func (e *engine) registryFresh(now int64) bool {
 // holds none while its copy of the registry is too old for every replica
 // to count the same n.
 func (e *engine) sharers(start, period, now int64) int {
-	if !e.registryFresh(now) {
+	return e.sharersIn(e.members.Load(), start, period, now)
+}
+
+// sharersIn is sharers, read from the registry copy mv.
+func (e *engine) sharersIn(mv *memberView, start, period, now int64) int {
+	if mv == nil || now-mv.at > int64(lease-heartbeatEvery) {
 		return 0
 	}
-	mv := e.members.Load()
 	if j := e.joined.Load(); j == 0 || j+int64(lease/time.Microsecond) > start && !mv.m.holds(start, period, lease) {
 		return 0
 	}
-	return e.sharerCount(start, period)
+	return mv.m.Sharers(start, period, lease)
+}
+
+// reckonShare reads from one copy of the registry the sharers of the
+// epoch of period that began at start, if this replica holds a share of
+// it (sharers), and, if it holds none, when a founding epoch's founders
+// will be known (Membership.foundersDue; 0: not founding, or known). Read
+// from two copies, a heartbeat between them, the first could find the
+// founders not known yet and the second known: no share and nothing to
+// look at again, for the rest of the epoch.
+func (e *engine) reckonShare(start, period, now int64) (n int, recheck int64) {
+	mv := e.members.Load()
+	if n = e.sharersIn(mv, start, period, now); n == 0 && mv != nil {
+		recheck = mv.m.foundersDue(start, period, lease)
+	}
+	return n, recheck
 }
 
 // goneOf is Membership.Gone for an epoch of period that began at start
@@ -70,13 +89,4 @@ func (e *engine) goneOf(start, period int64) []string {
 		return nil
 	}
 	return mv.m.Gone(start, period, lease)
-}
-
-// foundersDue is Membership.foundersDue from the registry as last heard.
-func (e *engine) foundersDue(start, period int64) int64 {
-	mv := e.members.Load()
-	if mv == nil {
-		return 0
-	}
-	return mv.m.foundersDue(start, period, lease)
 }

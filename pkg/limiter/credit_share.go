@@ -102,12 +102,10 @@ func (e *engine) spendShare(cs *creditState, n, now int64, dry bool) (bool, int6
 		return false, now + ((snow+slack)/p*p+slack-snow)*1000
 	}
 	if ep != sh.epoch || sh.recheck != 0 && snow >= sh.recheck {
-		sh.epoch, sh.sharers = ep, int32(e.sharers(ep*p, p, now))
-		sh.size, sh.recheck = 0, 0
-		if sh.sharers != 0 {
-			sh.size = ShareSize(w, cs.rule.Tuning.share(), int(sh.sharers))
-		} else {
-			sh.recheck = e.foundersDue(ep*p, p)
+		n, recheck := e.reckonShare(ep*p, p, now)
+		sh.epoch, sh.sharers, sh.size, sh.recheck = ep, int32(n), 0, recheck
+		if n != 0 {
+			sh.size = ShareSize(w, cs.rule.Tuning.share(), n)
 		}
 	}
 	size := sh.size
