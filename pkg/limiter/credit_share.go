@@ -102,10 +102,10 @@ func (e *engine) spendShare(cs *creditState, n, now int64, dry bool) (bool, int6
 		return false, now + ((snow+slack)/p*p+slack-snow)*1000
 	}
 	if ep != sh.epoch || sh.recheck != 0 && snow >= sh.recheck {
-		n, recheck := e.reckonShare(ep*p, p, now)
-		sh.epoch, sh.sharers, sh.size, sh.recheck = ep, int32(n), 0, recheck
-		if n != 0 {
-			sh.size = ShareSize(w, cs.rule.Tuning.share(), n)
+		k, recheck := e.reckonShare(ep*p, p, now)
+		sh.epoch, sh.sharers, sh.size, sh.recheck = ep, int32(k), 0, recheck
+		if k != 0 {
+			sh.size = ShareSize(w, cs.rule.Tuning.share(), k)
 		}
 	}
 	size := sh.size
