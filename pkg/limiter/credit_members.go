@@ -39,8 +39,10 @@ func (e *engine) sharerCount(start, period int64) int {
 // registryFresh reports whether this replica's copy of the registry is
 // young enough (lease less a heartbeat) for every replica to count the
 // same sharers from it.
-func (e *engine) registryFresh(now int64) bool {
-	mv := e.members.Load()
+func (e *engine) registryFresh(now int64) bool { return e.members.Load().fresh(now) }
+
+// fresh reports whether copy mv is young enough at now (registryFresh).
+func (mv *memberView) fresh(now int64) bool {
 	return mv != nil && now-mv.at <= int64(lease-heartbeatEvery)
 }
 
@@ -56,7 +58,7 @@ func (e *engine) sharers(start, period, now int64) int {
 
 // sharersIn is sharers, read from the registry copy mv.
 func (e *engine) sharersIn(mv *memberView, start, period, now int64) int {
-	if mv == nil || now-mv.at > int64(lease-heartbeatEvery) {
+	if !mv.fresh(now) {
 		return 0
 	}
 	if j := e.joined.Load(); j == 0 || j+int64(lease/time.Microsecond) > start && !mv.m.holds(start, period, lease) {
