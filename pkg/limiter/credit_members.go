@@ -73,13 +73,18 @@ func (e *engine) sharersIn(mv *memberView, start, period, now int64) int {
 // will be known (Membership.foundersDue; 0: not founding, or known). Read
 // from two copies, a heartbeat between them, the first could find the
 // founders not known yet and the second known: no share and nothing to
-// look at again, for the rest of the epoch.
-func (e *engine) reckonShare(start, period, now int64) (n int, recheck int64) {
+// look at again, for the rest of the epoch. known is false when no copy
+// is young enough to count from (before the first heartbeat, or while
+// they fail): no share for now, to be reckoned again.
+func (e *engine) reckonShare(start, period, now int64) (n int, recheck int64, known bool) {
 	mv := e.members.Load()
-	if n = e.sharersIn(mv, start, period, now); n == 0 && mv != nil {
+	if !mv.fresh(now) {
+		return 0, 0, false
+	}
+	if n = e.sharersIn(mv, start, period, now); n == 0 {
 		recheck = mv.m.foundersDue(start, period, lease)
 	}
-	return n, recheck
+	return n, recheck, true
 }
 
 // goneOf is Membership.Gone for an epoch of period that began at start

@@ -102,9 +102,15 @@ func (e *engine) spendShare(cs *creditState, n, now int64, dry bool) (bool, int6
 		return false, now + ((snow+slack)/p*p+slack-snow)*1000
 	}
 	if ep != sh.epoch || sh.recheck != 0 && snow >= sh.recheck {
-		k, recheck := e.reckonShare(ep*p, p, now)
+		k, recheck, known := e.reckonShare(ep*p, p, now)
 		sh.epoch, sh.sharers, sh.size, sh.recheck = ep, int32(k), 0, recheck
-		if k != 0 {
+		if !known {
+			// No copy of the registry to count from (the heartbeats
+			// fail): no share now, reckoned again at the next spend,
+			// not given up for the rest of the epoch, which the store
+			// counts it as holding.
+			sh.epoch = -1
+		} else if k != 0 {
 			sh.size = ShareSize(w, cs.rule.Tuning.share(), k)
 		}
 	}
@@ -119,7 +125,9 @@ func (e *engine) spendShare(cs *creditState, n, now int64, dry bool) (bool, int6
 			sh.set(flagFounding)
 			return false, max(e.localOf(sh.recheck), now+int64(tick))
 		}
-		sh.none.Store(e.localOf((ep + 1) * p))
+		if sh.epoch == ep {
+			sh.none.Store(e.localOf((ep + 1) * p))
+		}
 	}
 	if sh.has(flagFounding) {
 		sh.unset(flagFounding) // written only when it changes: every admit passes here

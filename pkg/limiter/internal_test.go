@@ -468,3 +468,35 @@ func TestIdleKeyLeavesScans(t *testing.T) {
 		t.Errorf("sweep removed %d keys, one of them back in the scans", n)
 	}
 }
+
+// TestShareAfterStaleRegistry: a key first asked for while this
+// replica's copy of the registry is too old to count the sharers from
+// (its heartbeats failed for over lease − heartbeatEvery) admits nothing
+// from its share then, and from its share once a heartbeat brings a
+// fresh copy, in the same epoch: the store counted the share as this
+// replica's all along. It used to give the share up until the epoch
+// ended.
+func TestShareAfterStaleRegistry(t *testing.T) {
+	l := New(WithStore(nopStore{}, "r"))
+	hour := int64(time.Hour / time.Microsecond)
+	b := 1000 * hour // an epoch's start, store µs (offset 0: local ns = µs·1000)
+	l.eng.joined.Store(1)
+	two := Membership{Members: []Member{{Joined: 1, Expires: 2 * b}, {Joined: 1, Expires: 2 * b}}}
+	rule := &Rule{Algorithm: FixedWindow, Windows: []Window{{Limit: 10, Period: time.Hour}}}
+	cs := l.eng.newCredit("k", rule, 0)
+	now := (b + hour/2) * 1000
+	l.eng.members.Store(&memberView{m: two, at: now - int64(lease)}) // stale
+	if ok, _ := l.eng.spendShare(cs, 1, now, false); ok {
+		t.Fatal("admitted from a share counted on a stale copy of the registry")
+	}
+	now += int64(time.Second)
+	l.eng.members.Store(&memberView{m: two, at: now}) // a heartbeat succeeded
+	for i := range 5 {                                // S = 5
+		if ok, _ := l.eng.spendShare(cs, 1, now, false); !ok {
+			t.Fatalf("admit %d of 5 refused once the registry is fresh again", i+1)
+		}
+	}
+	if ok, _ := l.eng.spendShare(cs, 1, now, false); ok {
+		t.Fatal("a sixth unit admitted: the share is 5")
+	}
+}
