@@ -245,6 +245,11 @@ func (sh *shareState) takeShare(it *SyncItem, snow int64, w Window, sharer bool)
 		sh.released = ep
 		sh.none.Store(0)
 		it.Release = snow
+	} else if sh.released >= ep {
+		// Said again with every sync of the epoch: a store that lost its
+		// records would count the share as held by this replica, which
+		// will not spend it, for the rest of the epoch.
+		it.Release = snow
 	}
 }
 

@@ -114,7 +114,10 @@
 // (windows all zero) to before charging (WindowState.Raise); a record
 // that holds counts is left alone, so a floor that predates a refund
 // does not undo it. The first replica to sync a lost key restores it
-// from its view; the others' floors then find it held. A window that lost its record
+// from its view; the others' floors then find it held. A replica that
+// released its share of an epoch says so again with every sync of the
+// key in that epoch, so a store that lost the release does not count the
+// share as held for the rest of the epoch (TestSimWipeKeepsReleases). A window that lost its record
 // admits at most its limit plus the credit the replicas held unspent at
 // that instant, which the store may grant again before each holder syncs
 // (TestSimStoreWipedMidWindow, TestRealtimeRedisWiped); without floors it
