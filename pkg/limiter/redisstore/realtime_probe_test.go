@@ -48,8 +48,9 @@ func TestRealtimeProbeManyKeys(t *testing.T) {
 		// denied (the stall-excused cases of rtManyKeys): none alone,
 		// 1.5 % with the suite beside a CPU hog (overrun-denied, after
 		// waiting out StoreTimeout + 180 ms). A probe path that did not
-		// admit would deny most; that rounds late by less are waited
-		// out is TestSimProbeLateRounds's to show.
+		// admit would deny most; what late rounds cost in denials is the
+		// simulations' to measure (TestSimProbeLateRounds,
+		// TestSimSkewedRoundsNearTimeout).
 		t.Errorf("%d of %d decisions of keys far below their limit denied", denied, len(calls))
 	}
 	if perDecision > 2 {
