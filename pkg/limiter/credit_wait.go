@@ -238,12 +238,16 @@ func (cs *creditState) serveWaiters() {
 
 // serveWith admits, in arrival order, the waiters admit lets through;
 // the others keep waiting. cs.mu must be held.
-func (cs *creditState) serveWith(admit func(n int64) bool) {
+func (cs *creditState) serveWith(admit func(n int64) bool) { cs.answerWaiters(admit, true) }
+
+// answerWaiters answers ok, in arrival order, to the waiters pick picks;
+// the others keep waiting. cs.mu must be held.
+func (cs *creditState) answerWaiters(pick func(n int64) bool, ok bool) {
 	kept := cs.waiters[:0]
 	for _, w := range cs.waiters {
-		if admit(w.n) {
+		if pick(w.n) {
 			cs.waiting -= uint64(w.n)
-			w.done <- true
+			w.done <- ok
 			continue
 		}
 		kept = append(kept, w)
@@ -292,17 +296,7 @@ func (cs *creditState) overrunShare(e *engine, now int64) int64 {
 // (releasing) past their StoreTimeout. cs.mu must be held.
 func (cs *creditState) settleWaiters(e *engine, now int64, contended, usable bool) {
 	snow := e.storeNow(now)
-	kept := cs.waiters[:0]
-	for _, w := range cs.waiters {
-		if cs.releasedWait(snow, w.n) > 0 {
-			cs.waiting -= uint64(w.n)
-			w.done <- false
-			continue
-		}
-		kept = append(kept, w)
-	}
-	clear(cs.waiters[len(kept):])
-	cs.waiters = kept
+	cs.answerWaiters(func(n int64) bool { return cs.releasedWait(snow, n) > 0 }, false)
 	if wait := cs.releasedWait(snow, 1); wait > 0 && cs.credit.Load() <= 0 {
 		cs.deniedTo.Store(now + int64(cs.deniedFor(e, wait)))
 	}
