@@ -280,7 +280,7 @@ func (sh *shareState) reported(w Window) WindowState {
 
 // untake puts back what a failed round took.
 func (sh *shareState) untake(it SyncItem) {
-	if sh == nil || len(it.ShareHits) == 0 && it.Release == 0 {
+	if sh == nil || len(it.ShareHits) == 0 {
 		return
 	}
 	sh.mu.Lock()
@@ -289,9 +289,8 @@ func (sh *shareState) untake(it SyncItem) {
 		sh.pendingN.Add(h.N)
 	}
 	sh.pending = append(it.ShareHits, sh.pending...)
-	if it.Release != 0 {
-		sh.set(flagRelease) // still released locally; said again next round
-	}
+	// A release stays made locally (released); every sync of the epoch
+	// says it again (takeShare), and one after the epoch has no need to.
 }
 
 // shareOnly reports, with no lock, a key that has never synced and has
