@@ -500,3 +500,32 @@ func TestShareAfterStaleRegistry(t *testing.T) {
 		t.Fatal("a sixth unit admitted: the share is 5")
 	}
 }
+
+// TestFailedReleaseStaysInItsEpoch: a round that carried a release of
+// epoch e fails; the release stays made locally and the next sync in e
+// says it again, but a sync after e ends releases nothing of e+1, whose
+// share this replica holds anew.
+func TestFailedReleaseStaysInItsEpoch(t *testing.T) {
+	w := Window{Limit: 10, Period: time.Hour / time.Microsecond} // store units
+	p := int64(w.Period)
+	e := int64(1000)
+	sh := &shareState{}
+	sh.set(flagRelease) // the contention feed asked for it
+	var it SyncItem
+	sh.takeShare(&it, e*p+10, w, true)
+	if it.Release == 0 || sh.released != e {
+		t.Fatalf("release of epoch %d: item %d, released %d", e, it.Release, sh.released)
+	}
+	sh.untake(it) // the round failed
+	var again SyncItem
+	sh.takeShare(&again, e*p+20, w, true)
+	if again.Release == 0 {
+		t.Fatal("the next sync in the epoch did not say the release again")
+	}
+	sh.untake(again) // failed too; the epoch ends
+	var next SyncItem
+	sh.takeShare(&next, (e+1)*p+10, w, true)
+	if next.Release != 0 || sh.released != e {
+		t.Fatalf("the first sync of epoch %d released %d (released %d): want its share kept", e+1, next.Release, sh.released)
+	}
+}
