@@ -28,8 +28,10 @@ type memberView struct {
 // sharerCount is n for an epoch that began at start of a window of period
 // (both store µs), from the registry as last heard: what a sync tells the
 // store to count.
-func (e *engine) sharerCount(start, period int64) int {
-	mv := e.members.Load()
+func (e *engine) sharerCount(start, period int64) int { return e.members.Load().sharers(start, period) }
+
+// sharers is Membership.Sharers of copy mv; 0 without one.
+func (mv *memberView) sharers(start, period int64) int {
 	if mv == nil {
 		return 0
 	}
@@ -87,11 +89,9 @@ func (e *engine) reckonShare(start, period, now int64) (n int, recheck int64, kn
 	return n, recheck, true
 }
 
-// goneOf is Membership.Gone for an epoch of period that began at start
-// (store µs), from the registry as last heard: what a sync tells the
-// store.
-func (e *engine) goneOf(start, period int64) []string {
-	mv := e.members.Load()
+// gone is Membership.Gone for an epoch of period that began at start
+// (store µs), from copy mv: what a sync tells the store.
+func (mv *memberView) gone(start, period int64) []string {
 	if mv == nil {
 		return nil
 	}

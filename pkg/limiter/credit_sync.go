@@ -92,12 +92,15 @@ func (e *engine) prepare(cs *creditState, now int64) SyncItem {
 		it.Floor, it.FloorGen = v.windows, v.gen
 	}
 	if cs.share != nil {
+		// One copy of the registry for all of it: the counts of a
+		// founding epoch change as its founders become known.
+		mv := e.members.Load()
 		p := int64(cs.ws[0].Period)
-		cs.share.takeShare(&it, snow, cs.ws[0], e.sharers(snow/p*p, p, now) != 0)
+		cs.share.takeShare(&it, snow, cs.ws[0], e.sharersIn(mv, snow/p*p, p, now) != 0)
 		it.ShareEpoch = snow / p
-		it.Sharers, it.SharersNext = e.sharerCount(it.ShareEpoch*p, p), e.sharerCount((it.ShareEpoch+1)*p, p)
-		it.Gone = e.goneOf(it.ShareEpoch*p, p)
-		if !e.registryFresh(now) {
+		it.Sharers, it.SharersNext = mv.sharers(it.ShareEpoch*p, p), mv.sharers((it.ShareEpoch+1)*p, p)
+		it.Gone = mv.gone(it.ShareEpoch*p, p)
+		if !mv.fresh(now) {
 			// No copy of the registry young enough to count the sharers
 			// as the others do (the first heartbeat failed, or the last
 			// few): an epoch the store has left behind makes it count
