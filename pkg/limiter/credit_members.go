@@ -25,12 +25,9 @@ type memberView struct {
 	at int64
 }
 
-// sharerCount is n for an epoch that began at start of a window of period
-// (both store µs), from the registry as last heard: what a sync tells the
-// store to count.
-func (e *engine) sharerCount(start, period int64) int { return e.members.Load().sharers(start, period) }
-
-// sharers is Membership.Sharers of copy mv; 0 without one.
+// sharers is n for an epoch that began at start of a window of period
+// (both store µs), from copy mv (Membership.Sharers): what a sync tells
+// the store to count; 0 without a copy.
 func (mv *memberView) sharers(start, period int64) int {
 	if mv == nil {
 		return 0

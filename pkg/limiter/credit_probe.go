@@ -95,11 +95,12 @@ func (e *engine) probeFor(cs *creditState, snow, now int64) int64 {
 // copy is too old to count them.
 func (e *engine) sharesHeld(cs *creditState, snow, now int64) uint64 {
 	w := cs.ws[0]
-	if !e.registryFresh(now) {
+	mv := e.members.Load()
+	if !mv.fresh(now) {
 		return w.Limit
 	}
 	p := int64(w.Period)
-	n := e.sharerCount(snow/p*p, p)
+	n := mv.sharers(snow/p*p, p)
 	if n == 0 {
 		return 0
 	}
