@@ -103,6 +103,11 @@ func start(bin, dir string, cluster bool, args []string) (*Server, error) {
 	if err != nil {
 		return nil, err
 	}
+	return startOn(bin, dir, port, args)
+}
+
+// startOn runs a server on port and waits until it answers PING.
+func startOn(bin, dir string, port int, args []string) (*Server, error) {
 	var argv []string
 	if len(args) > 0 && strings.HasSuffix(args[0], ".conf") {
 		argv, args = append(argv, args[0]), args[1:]
@@ -159,7 +164,10 @@ func freePort(cluster bool) (int, error) {
 	return 0, errors.New("no free port pair for a cluster node")
 }
 
-// waitPing waits until the server answers PING or exits.
+// waitPing waits until the server answers PING or exits. The answer must
+// come from this server's own process: another test's server that took
+// the port first answers too, while this one fails to bind it and exits;
+// the test would then use the other's server, gone when that test ends.
 func (s *Server) waitPing() error {
 	c := redis.NewClient(&redis.Options{Addr: s.Addr, MaxRetries: -1, DialTimeout: time.Second})
 	defer c.Close()
@@ -167,8 +175,15 @@ func (s *Server) waitPing() error {
 	for {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 		err := c.Ping(ctx).Err()
+		var info string
+		if err == nil {
+			info, err = c.Info(ctx, "server").Result()
+		}
 		cancel()
 		if err == nil {
+			if pid := infoField(info, "process_id"); pid != strconv.Itoa(s.proc.Pid) {
+				return fmt.Errorf("the port answers for process %s, not this server's %d", pid, s.proc.Pid)
+			}
 			return nil
 		}
 		select {
@@ -183,6 +198,16 @@ func (s *Server) waitPing() error {
 }
 
 func splitAddr(addr string) (host, port string, err error) { return net.SplitHostPort(addr) }
+
+// infoField is the value of field in an INFO reply, "" if absent.
+func infoField(info, field string) string {
+	for _, line := range strings.Split(info, "\n") {
+		if v, ok := strings.CutPrefix(strings.TrimSpace(line), field+":"); ok {
+			return v
+		}
+	}
+	return ""
+}
 
 func tail(s string) string {
 	lines := strings.Split(strings.TrimSpace(s), "\n")
