@@ -64,11 +64,17 @@ func (e *engine) wait(cs *creditState, rule *Rule, n int64, now int64) Result {
 	if ok, served := cs.dropWaiter(w); served {
 		return e.afterWait(cs, ok, n, cold)
 	}
+	now = e.now()
+	if e.degraded(rule, now) || e.settling(cs, now) {
+		// The store went unreachable while it waited: decided as a
+		// request arriving now is, in the key's fail-static windows, which
+		// must count every unit the replica admits in the outage.
+		return e.degradedDecide(cs, rule, n, now)
+	}
 	// The round is late (a slow store). The credit held back for this
 	// case pays, so the admit is still covered by this replica's
 	// reservation; without it the request is denied rather than decided
 	// on a view every other replica may be spending too.
-	now = e.now()
 	ok, wait := false, time.Duration(0)
 	if now < cs.backedTo.Load() {
 		if _, ok = cs.spendCredit(n, 0); ok {
@@ -88,6 +94,9 @@ func (e *engine) wait(cs *creditState, rule *Rule, n int64, now int64) Result {
 		} else {
 			wait = max(wait, rule.Tuning.syncInterval())
 		}
+	}
+	if ok {
+		e.missedBySeed(cs, rule, n)
 	}
 	var res Result
 	e.viewResult(&res, cs, now, ok, wait)
