@@ -71,7 +71,9 @@ type Reservation struct {
 //  6. last mile: when waiters need more than that split gives, grant them
 //     directly from what is left, whatever N;
 //  7. record the reservation (kept + granted) until now + lease, or the
-//     epoch's end where it reaches into shares released in the epoch.
+//     epoch's end where it reaches into shares released in the epoch;
+//  8. lend a replica that asks (SyncItem.Borrow) a share of the epoch out
+//     of what is left (lend, see ShareRecord).
 func (r *KeyRecord) Sync(replica string, it *SyncItem, now int64) SyncResult {
 	ws := storeWindows(it.Windows)
 	if len(r.Windows) != len(ws) {
@@ -112,6 +114,7 @@ func (r *KeyRecord) Sync(replica string, it *SyncItem, now int64) SyncResult {
 		grant = max(grant, min(it.Waiting, free))
 	}
 	mine := kept + grant
+	lent := r.lend(replica, it, ws, avail-mine, now)
 	expires := shareExpiry(it, ws, held, mine, satSub(avail, held.released), now)
 	if mine > 0 {
 		r.Reservations[replica] = Reservation{Units: mine, Expires: expires}
@@ -122,7 +125,7 @@ func (r *KeyRecord) Sync(replica string, it *SyncItem, now int64) SyncResult {
 	copy(out, r.Windows)
 	othersHeld := held.all - held.own
 	return SyncResult{Credit: mine, Others: satAdd(others, othersHeld), Held: othersHeld, Windows: out, Now: now, Pressed: r.Pressed > now,
-		Expires: expires, Contended: contended(it, ws, grant, others, othersHeld, now), Gen: r.Gen}
+		Expires: expires, Contended: contended(it, ws, grant, others, othersHeld, now), Gen: r.Gen, Lent: lent}
 }
 
 // contended reports whether the caller's waiters need units other
@@ -299,7 +302,7 @@ func (r *KeyRecord) ExpiresAt(a Algorithm, ws []Window) int64 {
 	if len(ws) == 1 {
 		w := storeWindows(ws)[0]
 		for _, s := range r.Shares {
-			t = max(t, s.State.FreshAt(w, a), (s.Released+1)*int64(w.Period))
+			t = max(t, s.State.FreshAt(w, a), (max(s.Released, s.LentEpoch)+1)*int64(w.Period))
 		}
 	}
 	return t

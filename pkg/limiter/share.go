@@ -29,6 +29,17 @@ import (
 // and must not stand for a sharer's unreported share. Shares are counted
 // at the n of the caller: every replica reading the registry counts the
 // same n for an epoch (Membership.Sharers).
+//
+// Loans. A replica that is not a sharer of the current epoch (it joined
+// less than a lease before the epoch began) may ask to borrow a share of
+// it (SyncItem.Borrow). The store lends it S, or what is left if less,
+// out of the budget no reservation or share holds, and keeps the loan in
+// the replica's record: through the epoch, the record counts as the loan
+// (Lent less its share hits held, until reported or released), not as
+// one of the n sharers. A loan lapses with its epoch. So a replica that
+// joins in the middle of a long window (a rolling update's new replica,
+// once the one it replaces has left) decides a key locally after one
+// round, not a round for every request until the epoch ends.
 
 // ShareRecord is what a store keeps of one replica's static share of a
 // rate key.
@@ -40,7 +51,16 @@ type ShareRecord struct {
 	// up the rest of its share, from the sync that said so on; zero:
 	// never. A release names the current epoch or the next.
 	Released int64
+	// Lent is the size of a share of epoch LentEpoch the store lent the
+	// replica (SyncItem.Borrow), which is not one of that epoch's
+	// sharers; zero: none. Through that epoch the record counts as the
+	// loan, not as one of the sharers: Lent less its share hits is held.
+	Lent      uint64
+	LentEpoch int64
 }
+
+// lent reports a record that holds a loan of epoch e.
+func (rec ShareRecord) lent(e int64) bool { return rec.Lent > 0 && rec.LentEpoch == e }
 
 // sharesOf reports whether it gives its rule static shares.
 func sharesOf(it *SyncItem) bool {
@@ -81,9 +101,20 @@ func (r *KeyRecord) chargeShares(replica string, it *SyncItem, ws []Window, now 
 	if r.Shares == nil {
 		r.Shares = make(map[string]ShareRecord)
 	}
+	epoch := now / int64(w.Period)
 	floor := sharesOf(it) && it.ShareFloor != (WindowState{})
-	if len(it.ShareHits) > 0 || it.Release != 0 || floor {
+	// A loan of the epoch the replica says it holds and the record does
+	// not (the store lost it) is made again, at most a share: the replica
+	// spends from it.
+	var relend uint64
+	if sharesOf(it) && it.ShareEpoch == epoch && it.Sharers > 0 {
+		relend = min(it.Lent, ShareSize(w, it.Share, it.Sharers))
+	}
+	if len(it.ShareHits) > 0 || it.Release != 0 || floor || relend > 0 {
 		rec := r.Shares[replica]
+		if relend > 0 && rec.LentEpoch != epoch {
+			rec.Lent, rec.LentEpoch = relend, epoch
+		}
 		if floor {
 			rec.State.Raise(exact(it.ShareFloor))
 		}
@@ -94,14 +125,12 @@ func (r *KeyRecord) chargeShares(replica string, it *SyncItem, ws []Window, now 
 			}
 		}
 		if it.Release != 0 {
-			e := now / int64(w.Period)
-			rec.Released = max(rec.Released, min(it.Release/int64(w.Period), e+1))
+			rec.Released = max(rec.Released, min(it.Release/int64(w.Period), epoch+1))
 		}
 		r.Shares[replica] = rec
 	}
-	epoch := now / int64(w.Period)
 	for id, rec := range r.Shares {
-		if rec.State.FreshAt(w, it.Algorithm) <= now && rec.Released < epoch {
+		if rec.State.FreshAt(w, it.Algorithm) <= now && rec.Released < epoch && rec.LentEpoch < epoch {
 			delete(r.Shares, id)
 		}
 	}
@@ -125,16 +154,21 @@ func (r *KeyRecord) chargeShares(replica string, it *SyncItem, ws []Window, now 
 	}
 	for id, rec := range r.Shares {
 		rec.State.Roll(sw, now)
-		if rec.State.Cur == 0 && rec.Released < epoch {
+		rw := sw
+		switch {
+		case rec.lent(epoch):
+			rw.Limit = rec.Lent // a loan: not one of the n sharers
+		case rec.State.Cur == 0 && rec.Released < epoch:
 			// Nothing reported or released this epoch: counted with the
 			// unreported shares, if its replica is a sharer of it.
 			continue
+		default:
+			active++
+			if gone > 0 && epoch == it.ShareEpoch && slices.Contains(it.Gone, id) {
+				gone-- // a gone sharer's record counts as any other
+			}
 		}
-		active++
-		if gone > 0 && epoch == it.ShareEpoch && slices.Contains(it.Gone, id) {
-			gone-- // a gone sharer's record counts as any other
-		}
-		left := rec.State.Remaining(sw, it.Algorithm, now)
+		left := rec.State.Remaining(rw, it.Algorithm, now)
 		if rec.Released >= epoch {
 			h.released = satAdd(h.released, left)
 			h.returns = min(h.returns, (rec.Released+1)*int64(w.Period))
@@ -148,6 +182,37 @@ func (r *KeyRecord) chargeShares(replica string, it *SyncItem, ws []Window, now 
 	unreported := uint64(max(abs(n)-active-gone, 0))
 	h.all = satAdd(h.all, satMul(unreported, size))
 	return h
+}
+
+// lend lends the caller a share of the current epoch (SyncItem.Borrow)
+// out of left, the budget no reservation or share holds: ShareSize at
+// the epoch's sharers, or less if less is left. A replica that holds a
+// loan of the epoch is told its size again (a reply may have been lost);
+// one that released its share of the epoch, or asks of an epoch the
+// store is not in, or of a founding epoch, gets none. It returns the
+// loan's size.
+func (r *KeyRecord) lend(replica string, it *SyncItem, ws []Window, left uint64, now int64) uint64 {
+	if !it.Borrow || !sharesOf(it) || it.Sharers <= 0 || now/int64(ws[0].Period) != it.ShareEpoch {
+		return 0
+	}
+	epoch := it.ShareEpoch
+	rec := r.Shares[replica]
+	switch {
+	case rec.Released >= epoch:
+		return 0
+	case rec.lent(epoch):
+		return rec.Lent
+	}
+	g := min(ShareSize(ws[0], it.Share, it.Sharers), left)
+	if g == 0 {
+		return 0
+	}
+	rec.Lent, rec.LentEpoch = g, epoch
+	if r.Shares == nil {
+		r.Shares = make(map[string]ShareRecord)
+	}
+	r.Shares[replica] = rec
+	return g
 }
 
 func abs(n int) int {

@@ -113,6 +113,15 @@ type SyncItem struct {
 	// so that a record lost with the key does not count again, as
 	// unreported share, units the floor's window counts hold.
 	ShareFloor WindowState
+	// Lent is the size of a share of epoch ShareEpoch the store lent this
+	// replica (SyncResult.Lent), which is not one of the epoch's sharers;
+	// zero: none. Its ShareHits, ShareFloor and Release are of the loan. A
+	// store that lost the loan's record makes it again.
+	Lent uint64
+	// Borrow asks for a share of epoch ShareEpoch on loan: the replica is
+	// not one of the epoch's sharers (it joined after them) and holds
+	// none (KeyRecord.lend).
+	Borrow bool
 	// Release, when nonzero, is an instant (store clock, µs): the replica
 	// gives up the rest of its static share of every epoch up to the one
 	// that contains it (the current epoch or the next), because another
@@ -153,6 +162,12 @@ type SyncResult struct {
 	// Gen is the generation of the key's record: the store instant (µs)
 	// it began at, anew after the store lost it.
 	Gen int64
+	// Lent is the size of the share of the current epoch (that of Now)
+	// the store lends the replica, which asked to borrow one
+	// (SyncItem.Borrow): the replica admits from it with no round trip
+	// until the epoch ends, and the store counts it as held until the
+	// replica reports or releases it. Zero: none.
+	Lent uint64
 }
 
 // FeedWaiter is a Store that can wait for the contention feed: it

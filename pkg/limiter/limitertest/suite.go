@@ -78,6 +78,7 @@ var suiteCases = []struct {
 	{"Members", testMembers},
 	{"GoneShares", testGoneShares},
 	{"FoundingShares", testFoundingShares},
+	{"ShareLoans", testShareLoans},
 	{"Contention", testContention},
 	{"WaitContention", testWaitContention},
 }

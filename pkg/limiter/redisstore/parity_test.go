@@ -95,6 +95,10 @@ func TestParity(t *testing.T) {
 	}
 	t.Logf("static shares: %d items with shares, %d with share hits, %d releasing; replies: %d with others' shares held, %d contended, %d lapsing at the epoch's end; %d contentions read, %d registry members listed",
 		sum.shared, sum.shareHits, sum.releases, sum.held, sum.contended, sum.epochEnd, sum.feed, sum.members)
+	t.Logf("loans: %d items asking, %d replies lending, %d items holding one", sum.borrowed, sum.lent, sum.relent)
+	if (sum.lent == 0 || sum.relent == 0) && !failed.Load() {
+		t.Error("no loan lent or held: SyncItem.Borrow and Lent went untested")
+	}
 	if loads.n.Load() == 0 && !failed.Load() {
 		t.Error("no script was reloaded after SCRIPT FLUSH")
 	}
@@ -382,6 +386,15 @@ func (p *parity) count(it *limiter.SyncItem, r limiter.SyncResult) {
 	if r.Contended {
 		p.tally.contended++
 	}
+	if it.Borrow {
+		p.tally.borrowed++
+	}
+	if r.Lent > 0 {
+		p.tally.lent++
+	}
+	if it.Lent > 0 {
+		p.tally.relent++
+	}
 	if r.Expires != r.Now+int64(it.Lease/time.Microsecond) {
 		p.tally.epochEnd++
 	}
@@ -398,6 +411,7 @@ type tally struct {
 	ruleRefs                                                              int64 // items given an earlier item's rule in their call
 	gone                                                                  int64 // items naming sharers that left (SyncItem.Gone)
 	founded                                                               int64 // items of founding epochs (Sharers < 0)
+	borrowed, lent, relent                                                int64 // items asking a loan, replies lending, items saying a loan held
 }
 
 func (t *tally) add(o tally) {
@@ -418,6 +432,9 @@ func (t *tally) add(o tally) {
 	t.epochEnd += o.epochEnd
 	t.feed += o.feed
 	t.members += o.members
+	t.borrowed += o.borrowed
+	t.lent += o.lent
+	t.relent += o.relent
 }
 
 // item draws one key's sync: hits (late, future, on boundaries, refunds,
@@ -573,6 +590,13 @@ func (p *parity) shares(it *limiter.SyncItem, r limiter.Rule, key string) {
 		it.Release = now + p.rng.Int64N(3*per) // the next epoch or further: the next
 	case 5:
 		it.Release = []int64{-1, 1, -per, 1 << 62}[p.rng.IntN(4)]
+	}
+	switch p.rng.IntN(6) {
+	case 0, 1: // a loan asked for
+		it.Borrow = true
+	case 2: // a loan held, one the store may have lost, or an odd one
+		it.Lent = []uint64{1 + p.rng.Uint64N(size+1), size, 1 << 52, math.MaxUint64}[p.rng.IntN(4)]
+		it.Borrow = p.rng.IntN(2) == 0
 	}
 	if it.Release != 0 && p.rng.IntN(2) == 0 { // a share left to release, a window left to grant from
 		it.Hits, it.ShareHits = nil, it.ShareHits[:min(len(it.ShareHits), 1)]

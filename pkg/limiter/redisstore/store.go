@@ -254,6 +254,11 @@ func (ra *rateArgs) appendKeyArgs(it *limiter.SyncItem) {
 	} else {
 		args = append(args, stateArg(it.ShareFloor))
 	}
+	borrow := 0
+	if it.Borrow {
+		borrow = 1
+	}
+	args = append(args, clampU(it.Lent), borrow)
 	ra.args = args
 }
 
@@ -290,9 +295,10 @@ func decodeSyncs(c *redis.Cmd, items []limiter.SyncItem, out []limiter.SyncResul
 
 // decodeSync reads one key's reply: now, credit, the others'
 // reservations and static shares held, pressed, expires, contended, the
-// record's generation, then epoch, cur, prev and TAT per window.
+// record's generation, the share lent, then epoch, cur, prev and TAT per
+// window.
 func decodeSync(reply any, windows int, out *limiter.SyncResult) error {
-	const head = 8
+	const head = 9
 	r, ok := reply.([]any)
 	if !ok || len(r) != head+4*windows {
 		return fmt.Errorf("reply %v for %d windows", reply, windows)
@@ -309,7 +315,7 @@ func decodeSync(reply any, windows int, out *limiter.SyncResult) error {
 		ws[i] = limiter.WindowState{Epoch: w[0], Cur: uint64(w[1]), Prev: uint64(w[2]), TAT: w[3]}
 	}
 	*out = limiter.SyncResult{Credit: uint64(v[1]), Others: satAdd(uint64(v[2]), uint64(v[3])), Held: uint64(v[3]), Windows: ws, Now: v[0],
-		Pressed: v[4] == 1, Expires: v[5], Contended: v[6] == 1, Gen: v[7]}
+		Pressed: v[4] == 1, Expires: v[5], Contended: v[6] == 1, Gen: v[7], Lent: uint64(v[8])}
 	return nil
 }
 

@@ -14,7 +14,8 @@
 --                   "epoch cur prev tat released": the share hits it
 --                   pushed as a window state of the rule's first window,
 --                   and the last epoch of which it released its share
---                   (0: never)
+--                   (0: never); " lent epoch" after them for a record
+--                   that holds a loan
 -- ARGV     replica, then per key in turn: its rule, then its own fields.
 --          The rule is an index, 1 or more, of a rule an earlier key of
 --          the call gave, or 0 and the rule: algorithm (0 fixed, 1
@@ -28,11 +29,12 @@
 --          n share hits, then per share hit: at(µs) units; n floors (0 or
 --          n windows), the floors' generation (µs, 0: not known), then
 --          per window the replica's floor, "epoch cur prev tat"; the share
---          floor in the same form ("": none).
+--          floor in the same form ("": none); the loan held (SyncItem.Lent,
+--          0: none), borrow (1 or 0).
 -- Reply    per key: now, credit, others' reservations, others' shares
 --          held (Others is their sum, saturated in Go), pressed (1 or 0),
 --          expires(µs), contended (1 or 0), the record's generation (µs),
---          then per window: epoch cur prev tat.
+--          the share lent (0: none), then per window: epoch cur prev tat.
 --
 -- record.lua, prepended, reads and writes the record; this part applies
 -- the protocol.
@@ -53,6 +55,34 @@ local function charge(st, ws, h, nh)
   end
 end
 
+-- own_share is this replica's share record, made if it has none.
+local function own_share(rec)
+  if rec.shares == NOSHARES then rec.shares = {} end
+  local r = rec.shares[myshare]
+  if r == nil then
+    r = {s = {epoch = 0, cur = 0, prev = 0, tat = 0}, rel = 0, lent = 0, le = 0, dirty = true}
+    rec.shares[myshare] = r
+    rec.nshares = rec.nshares + 1
+  end
+  return r
+end
+
+-- KeyRecord.lend: a share of epoch se on loan to this replica, which asked
+-- to borrow one, out of left: ShareSize at the n sharers, or what is
+-- left if less; the loan it holds of se told again; none after a release
+-- of se, of an epoch the store is not in, or of a founding epoch.
+local function lend(rec, ws, se, n, share, left)
+  if n <= 0 or ws[1].e ~= se then return 0 end
+  local r = rec.shares ~= NOSHARES and rec.shares[myshare]
+  if r and r.rel >= se then return 0 end
+  if r and r.lent > 0 and r.le == se then return r.lent end
+  local g = min(idiv(floor(share * ws[1].limit), n), left)
+  if g <= 0 then return 0 end
+  r = own_share(rec)
+  r.lent, r.le, r.dirty = g, se, true
+  return g
+end
+
 -- KeyRecord.chargeShares: records this replica's nsh share hits (their
 -- arguments start at args[h]) and its release in its share record, drops
 -- the records that no longer count, and returns what
@@ -64,19 +94,20 @@ end
 -- releases ends, and whether a reservation may outlive the epoch
 -- (carry); then whether the rule has static shares (sharesOf; if not,
 -- the rest are zero).
-local function charge_shares(rec, ws, se, n, nn, gone, share, h, nsh, release, sfloor)
+local function charge_shares(rec, ws, se, n, nn, gone, share, h, nsh, release, sfloor, lent)
   local has = se > 0 and #ws == 1 and alg == FIXED
   if not has and nsh == 0 and release == 0 then return 0, 0, 0, 0, false, false end
   local w = ws[1]
   local epoch = w.e
   local sf = has and sfloor
-  if nsh > 0 or release ~= 0 or sf then
-    if rec.shares == NOSHARES then rec.shares = {} end
-    local r = rec.shares[myshare]
-    if r == nil then
-      r = {s = {epoch = 0, cur = 0, prev = 0, tat = 0}, rel = 0, dirty = true}
-      rec.shares[myshare] = r
-      rec.nshares = rec.nshares + 1
+  -- a loan of the epoch the replica holds and the record does not (the
+  -- store lost it) is made again, at most a share
+  local relend = 0
+  if has and se == epoch and n > 0 then relend = min(lent, idiv(floor(share * w.limit), n)) end
+  if nsh > 0 or release ~= 0 or sf or relend > 0 then
+    local r = own_share(rec)
+    if relend > 0 and r.le ~= epoch then
+      r.lent, r.le, r.dirty = relend, epoch, true
     end
     if sf and raise(r.s, sf) then r.dirty = true end
     for k = 0, nsh - 1 do
@@ -92,7 +123,7 @@ local function charge_shares(rec, ws, se, n, nn, gone, share, h, nsh, release, s
   end
   local shares = rec.shares
   for f, r in pairs(shares) do
-    if fresh_at(r.s, w) <= now and r.rel < epoch then
+    if fresh_at(r.s, w) <= now and r.rel < epoch and r.le < epoch then
       shares[f] = nil
       rec.nshares = rec.nshares - 1
       if r.stored then del(rec, f) end
@@ -118,11 +149,18 @@ local function charge_shares(rec, ws, se, n, nn, gone, share, h, nsh, release, s
     local s = {epoch = r.s.epoch, cur = r.s.cur, prev = r.s.prev, tat = r.s.tat}
     roll(s, w)
     -- A record with nothing reported or released this epoch counts as
-    -- none: with the unreported shares.
-    if s.cur > 0 or r.rel >= epoch then
-      active = active + 1
-      if ng > 0 and gone[f] then ng = ng - 1 end
-      local left = satsub(size, s.cur) -- remaining of a fixed window of size
+    -- none: with the unreported shares. One that holds a loan of it
+    -- counts as the loan, not as one of the sharers.
+    local loan = r.lent > 0 and r.le == epoch
+    if loan or s.cur > 0 or r.rel >= epoch then
+      local lim = size
+      if loan then
+        lim = r.lent
+      else
+        active = active + 1
+        if ng > 0 and gone[f] then ng = ng - 1 end
+      end
+      local left = satsub(lim, s.cur) -- remaining of a fixed window of lim
       if r.rel >= epoch then
         released = satadd(released, left)
         returns = min(returns, (r.rel + 1) * w.p)
@@ -246,7 +284,8 @@ local function sync(key, a)
   local nf, fgen = num(a), num(a + 1)
   local floors = a + 2
   local sfloor = window_state(args[floors + nf])
-  a = floors + nf + 1
+  local lent, borrow = num(floors + nf + 1), num(floors + nf + 2)
+  a = floors + nf + 3
 
   local rec = load(key, nw)
   local st = rec.st
@@ -259,7 +298,7 @@ local function sync(key, a)
   charge(st, ws, hits, nh)
   charge(st, ws, shits, nsh)
   local held, ownheld, released, returns, carry, has =
-    charge_shares(rec, ws, se, sharers, nnext, gone, share, shits, nsh, release, sfloor)
+    charge_shares(rec, ws, se, sharers, nnext, gone, share, shits, nsh, release, sfloor, lent)
 
   -- A sliding window is pressed for its shortest period from a report of
   -- requests waiting or denied.
@@ -293,6 +332,8 @@ local function sync(key, a)
   -- carry over, and when the first released share returns if it reaches
   -- into released shares (shareExpiry).
   local credit = kept + grant
+  local loan = 0
+  if borrow == 1 and has then loan = lend(rec, ws, se, sharers, share, avail - credit) end
   local expires = now + lease
   if has then
     if not carry then
@@ -309,7 +350,7 @@ local function sync(key, a)
   local oheld = held - ownheld
   local contended = waiting > grant and (oheld > 0 or (has and rec.others > 0))
   if has and ws[1].e ~= se then contended = false end
-  return save(key, rec, ws, credit, expires, oheld, contended), a
+  return save(key, rec, ws, credit, expires, oheld, contended, loan), a
 end
 
 -- main syncs the keys of one call, replica argv[1], at one Redis TIME.

@@ -201,11 +201,12 @@ local function fresh_at(s, w)
   return (s.epoch + 1) * w.p
 end
 
--- parse_share splits a share record, "epoch cur prev tat released".
+-- parse_share splits a share record, "epoch cur prev tat released", and
+-- of a record that holds a loan " lent epoch" after them.
 local function parse_share(v)
-  local e, c, p, t, r = match(v, '^(%-?%d+) (%d+) (%d+) (%-?%d+) (%-?%d+)$')
+  local e, c, p, t, r, l, le = match(v, '^(%-?%d+) (%d+) (%d+) (%-?%d+) (%-?%d+) ?(%d*) ?(%-?%d*)$')
   return {s = {epoch = tonumber(e), cur = tonumber(c), prev = tonumber(p), tat = tonumber(t)},
-    rel = tonumber(r), stored = true}
+    rel = tonumber(r), lent = tonumber(l) or 0, le = tonumber(le) or 0, stored = true}
 end
 
 -- load reads key's record for a rule of nw windows: its window states st
@@ -317,24 +318,25 @@ end
 -- dropped. The windows and the expiry are left out when they read as
 -- stored, and the key's TTL, set from the expiry, then stays too. It
 -- returns the reply: now, credit, others' reservations and shares held,
--- pressed, expires, contended, the generation and the window states.
+-- pressed, expires, contended, the generation, the share lent and the
+-- window states.
 -- The generation and the base are written when they changed.
-local function save(key, rec, ws, credit, expires, oheld, contended)
+local function save(key, rec, ws, credit, expires, oheld, contended, lent)
   local st, nw = rec.st, #ws
   local s = st[1]
   local out = {now, credit, rec.others, oheld, rec.pressed > now and 1 or 0, expires, contended and 1 or 0, rec.gen,
-    s.epoch, s.cur, s.prev, s.tat}
+    lent, s.epoch, s.cur, s.prev, s.tat}
   local x = rec.last
   if credit > 0 then x = max(x, expires) end
   x = max(x, fresh_at(s, ws[1]))
   for i = 2, nw do
     s = st[i]
     x = max(x, fresh_at(s, ws[i]))
-    out[4 * i + 5], out[4 * i + 6], out[4 * i + 7], out[4 * i + 8] = s.epoch, s.cur, s.prev, s.tat
+    out[4 * i + 6], out[4 * i + 7], out[4 * i + 8], out[4 * i + 9] = s.epoch, s.cur, s.prev, s.tat
   end
   if nw == 1 then
     for _, r in pairs(rec.shares) do
-      x = max(x, fresh_at(r.s, ws[1]), (r.rel + 1) * ws[1].p)
+      x = max(x, fresh_at(r.s, ws[1]), (max(r.rel, r.le) + 1) * ws[1].p)
     end
   end
   -- Past 2^53 the state is not one the maths produce; never let it wrap
@@ -354,8 +356,13 @@ local function save(key, rec, ws, credit, expires, oheld, contended)
   end
   for f, r in pairs(rec.shares) do
     if r.dirty then
-      local s = r.s
-      fields[n + 1], fields[n + 2], n = f, format('%d %d %d %d %d', s.epoch, s.cur, s.prev, s.tat, r.rel), n + 2
+      local s, v = r.s
+      if r.lent > 0 then
+        v = format('%d %d %d %d %d %d %d', s.epoch, s.cur, s.prev, s.tat, r.rel, r.lent, r.le)
+      else
+        v = format('%d %d %d %d %d', s.epoch, s.cur, s.prev, s.tat, r.rel)
+      end
+      fields[n + 1], fields[n + 2], n = f, v, n + 2
     end
   end
   if rec.pressed > now then -- a lapsed value left in place reads the same

@@ -1,0 +1,64 @@
+package limitertest
+
+import (
+	"testing"
+	"time"
+
+	"github.com/ratelimit-svc/ratelimit-svc/pkg/limiter"
+)
+
+// testShareLoans: a replica that is not a sharer of the epoch borrows a
+// share of it (SyncItem.Borrow) out of the budget no reservation or share
+// holds, and the loan counts as held, less its share hits, until the
+// replica releases it. Two sharers of 100 an hour (S = 50), b gone: j
+// borrows b's 50, and asks again to be told the same 50; a's own share
+// and the loan then hold everything. With both sharers live nothing is
+// left to lend; with a reserving 30 first, 20 is.
+func testShareLoans(t *testing.T, st limiter.Store) {
+	w := limiter.Window{Limit: 100, Period: time.Hour}
+	e := epochOf(t, st, w)
+	borrow := func(key string, gone ...string) limiter.SyncItem {
+		it := shared(key, w, 0, 2, e)
+		it.Gone, it.Borrow = gone, true
+		return it
+	}
+	r := sync1(t, st, "j", borrow("k", "b"))
+	expect(t, "lent: b's share", r.Lent, 50)
+	expect(t, "credit beside the loan", r.Credit, 0)
+	r = sync1(t, st, "j", borrow("k", "b"))
+	expect(t, "lent again: the same loan", r.Lent, 50)
+
+	a := shared("k", w, 1000, 2, e)
+	a.Gone = []string{"b"}
+	r = sync1(t, st, "a", a)
+	expect(t, "a's credit beside its share and the loan", r.Credit, 0)
+	expect(t, "a's others", r.Others, 100)
+	expect(t, "a lent nothing unasked", r.Lent, 0)
+
+	spent := shared("k", w, 0, 2, e)
+	spent.Gone, spent.Lent = []string{"b"}, 50
+	spent.ShareHits = []limiter.Hit{{At: r.Now, N: 10}}
+	r = sync1(t, st, "j", spent)
+	expect(t, "usage", r.Windows[0].Cur, 10)
+	expect(t, "j's others: a's share", r.Others, 50)
+	r = sync1(t, st, "a", a)
+	expect(t, "a's credit with 10 of the loan spent", r.Credit, 0)
+	expect(t, "a's others: the loan's 40 and its own unreported share", r.Others, 90)
+
+	rel := shared("k", w, 0, 2, e)
+	rel.Gone, rel.Lent, rel.Release = []string{"b"}, 50, r.Now
+	sync1(t, st, "j", rel)
+	r = sync1(t, st, "a", a)
+	expect(t, "a's credit: the loan's released 40", r.Credit, 40)
+	r = sync1(t, st, "j", borrow("k", "b"))
+	expect(t, "no loan again after a release", r.Lent, 0)
+
+	r = sync1(t, st, "j", borrow("full"))
+	expect(t, "lent with both sharers live", r.Lent, 0)
+	part := shared("part", w, 30, 2, e)
+	part.Gone = []string{"b"}
+	r = sync1(t, st, "a", part)
+	expect(t, "a's credit", r.Credit, 30)
+	r = sync1(t, st, "j", borrow("part", "b"))
+	expect(t, "lent: what is left", r.Lent, 20)
+}
