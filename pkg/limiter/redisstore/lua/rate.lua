@@ -14,8 +14,10 @@
 --                   "epoch cur prev tat released": the share hits it
 --                   pushed as a window state of the rule's first window,
 --                   and the last epoch of which it released its share
---                   (0: never); " lent epoch" after them for a record
---                   that holds a loan
+--                   (0: never)
+--            l:<id> the loan in replica id's share record (ShareRecord.Lent,
+--                   LentEpoch), "lent epoch": a field apart, which a
+--                   script that knows no loans passes by
 -- ARGV     replica, then per key in turn: its rule, then its own fields.
 --          The rule is an index, 1 or more, of a rule an earlier key of
 --          the call gave, or 0 and the rule: algorithm (0 fixed, 1
@@ -127,6 +129,7 @@ local function charge_shares(rec, ws, se, n, nn, gone, share, h, nsh, release, s
       shares[f] = nil
       rec.nshares = rec.nshares - 1
       if r.stored then del(rec, f) end
+      if r.lstored then del(rec, 'l:' .. sub(f, 3)) end
     end
   end
   if not has then return 0, 0, 0, 0, false, false end

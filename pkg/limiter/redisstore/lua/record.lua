@@ -201,12 +201,28 @@ local function fresh_at(s, w)
   return (s.epoch + 1) * w.p
 end
 
--- parse_share splits a share record, "epoch cur prev tat released", and
--- of a record that holds a loan " lent epoch" after them.
+-- parse_share splits a share record, "epoch cur prev tat released".
 local function parse_share(v)
-  local e, c, p, t, r, l, le = match(v, '^(%-?%d+) (%d+) (%d+) (%-?%d+) (%-?%d+) ?(%d*) ?(%-?%d*)$')
+  local e, c, p, t, r = match(v, '^(%-?%d+) (%d+) (%d+) (%-?%d+) (%-?%d+)$')
   return {s = {epoch = tonumber(e), cur = tonumber(c), prev = tonumber(p), tat = tonumber(t)},
-    rel = tonumber(r), lent = tonumber(l) or 0, le = tonumber(le) or 0, stored = true}
+    rel = tonumber(r), lent = 0, le = 0, stored = true}
+end
+
+-- add_loans puts the loans read (l:<id> fields, "lent epoch"; loans maps
+-- each one's share field to its value) in the share records, making a
+-- record for a loan that has none.
+local function add_loans(rec, loans)
+  if rec.shares == NOSHARES then rec.shares = {} end
+  for f, v in pairs(loans) do
+    local r = rec.shares[f]
+    if r == nil then
+      r = {s = {epoch = 0, cur = 0, prev = 0, tat = 0}, rel = 0, lent = 0, le = 0}
+      rec.shares[f] = r
+      rec.nshares = rec.nshares + 1
+    end
+    local l, e = match(v, '^(%d+) (%-?%d+)$')
+    r.lent, r.le, r.lstored = tonumber(l) or 0, tonumber(e) or 0, true
+  end
 end
 
 -- load reads key's record for a rule of nw windows: its window states st
@@ -266,7 +282,7 @@ end
 local function load(key, nw)
   local flat = call('HGETALL', key)
   local rec = new_rec()
-  local w, x
+  local w, x, loans
   for i = 1, #flat, 2 do
     local f = flat[i]
     if f == 'w' then
@@ -294,11 +310,16 @@ local function load(key, nw)
         end
       elseif kind == 's:' then
         if rec.shares == NOSHARES then rec.shares = {} end
-        rec.shares[f] = parse_share(flat[i + 1])
-        rec.nshares = rec.nshares + 1
+        local r, old = parse_share(flat[i + 1]), rec.shares[f]
+        if old then r.lent, r.le, r.lstored = old.lent, old.le, old.lstored else rec.nshares = rec.nshares + 1 end
+        rec.shares[f] = r
+      elseif kind == 'l:' then
+        loans = loans or {}
+        loans['s:' .. sub(f, 3)] = flat[i + 1]
       end
     end
   end
+  if loans then add_loans(rec, loans) end
   x = x and tonum(x)
   if x and x <= now then
     call('DEL', key)
@@ -356,13 +377,11 @@ local function save(key, rec, ws, credit, expires, oheld, contended, lent)
   end
   for f, r in pairs(rec.shares) do
     if r.dirty then
-      local s, v = r.s
-      if r.lent > 0 then
-        v = format('%d %d %d %d %d %d %d', s.epoch, s.cur, s.prev, s.tat, r.rel, r.lent, r.le)
-      else
-        v = format('%d %d %d %d %d', s.epoch, s.cur, s.prev, s.tat, r.rel)
+      local s = r.s
+      fields[n + 1], fields[n + 2], n = f, format('%d %d %d %d %d', s.epoch, s.cur, s.prev, s.tat, r.rel), n + 2
+      if r.lent > 0 then -- apart, so a record reads as before to a script that knows no loans
+        fields[n + 1], fields[n + 2], n = 'l:' .. sub(f, 3), format('%d %d', r.lent, r.le), n + 2
       end
-      fields[n + 1], fields[n + 2], n = f, v, n + 2
     end
   end
   if rec.pressed > now then -- a lapsed value left in place reads the same
