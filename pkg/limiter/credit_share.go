@@ -57,6 +57,8 @@ const (
 	// flagFounding: the last spend found a founding epoch whose founders
 	// are not known yet (registry.go); a request waits for them.
 	flagFounding
+	// flagLent: size is a loan of epoch, not a share (credit_loan.go).
+	flagLent
 )
 
 func (sh *shareState) has(f uint32) bool { return sh.flags.Load()&f != 0 }
@@ -104,6 +106,7 @@ func (e *engine) spendShare(cs *creditState, n, now int64, dry bool) (bool, int6
 	if ep != sh.epoch || sh.recheck != 0 && snow >= sh.recheck {
 		k, recheck, known := e.reckonShare(ep*p, p, now)
 		sh.epoch, sh.sharers, sh.size, sh.recheck = ep, int32(k), 0, recheck
+		sh.unset(flagLent) // a loan lapses with its epoch
 		if !known {
 			// No copy of the registry to count from (the heartbeats
 			// fail): no share now, reckoned again at the next spend,
@@ -241,7 +244,7 @@ func (sh *shareState) takeShare(it *SyncItem, snow int64, w Window, sharer bool)
 	// (a round that failed) by the replica that made it; a share of an
 	// epoch this replica no longer holds is released unasked.
 	ep := snow / int64(w.Period)
-	if sh.unset(flagRelease) && (sharer || sh.released >= ep) || !sharer && sh.stray(ep) {
+	if sh.unset(flagRelease) && (sharer || sh.released >= ep) || !sharer && (sh.stray(ep) || sh.lentIn(ep)) {
 		sh.released = ep
 		sh.none.Store(0)
 		it.Release = snow
@@ -313,7 +316,7 @@ func (sh *shareState) ample(w Window, snow int64) bool {
 	defer sh.mu.Unlock()
 	e := snow / int64(w.Period)
 	if sh.epoch != e || sh.size == 0 || sh.released >= e {
-		return sh.epoch != e && sh.released < e && sh.size > 0 // a new epoch refills it
+		return sh.epoch != e && sh.released < e && sh.size > 0 && !sh.has(flagLent) // a new epoch refills a share, not a loan
 	}
 	sw := Window{Limit: sh.size, Period: w.Period}
 	sh.roll(sw, snow)

@@ -96,10 +96,13 @@ func (e *engine) prepare(cs *creditState, now int64) SyncItem {
 		// founding epoch change as its founders become known.
 		mv := e.members.Load()
 		p := int64(cs.ws[0].Period)
-		cs.share.takeShare(&it, snow, cs.ws[0], e.sharersIn(mv, snow/p*p, p, now) != 0)
+		cs.share.takeShare(&it, snow, cs.ws[0], e.sharersIn(mv, snow/p*p, p, now) != 0 || cs.share.holdsLoan(cs.ws[0], snow))
 		it.ShareEpoch = snow / p
 		it.Sharers, it.SharersNext = mv.sharers(it.ShareEpoch*p, p), mv.sharers((it.ShareEpoch+1)*p, p)
 		it.Gone = mv.gone(it.ShareEpoch*p, p)
+		if e.loanFields(cs, &it, mv, snow, now); it.Borrow {
+			it.Want = 0 // a loan serves the waiters, or else the last mile
+		}
 		if !mv.fresh(now) {
 			// No copy of the registry young enough to count the sharers
 			// as the others do (the first heartbeat failed, or the last
@@ -282,6 +285,7 @@ func (e *engine) apply(cs *creditState, r *SyncResult) {
 	}
 	cs.backedTo.Store(backed)
 	cs.view.Store(newView(r))
+	e.takeLoan(cs, r, now)
 	cs.inflight, cs.flying, cs.lastSync = false, 0, now
 	probed := e.settleProbe(cs, r)
 	if now < backed {

@@ -64,16 +64,16 @@ type Reservation struct {
 //     shares, see ShareRecord);
 //  4. keep the part of the replica's unused credit its old reservation
 //     still backs and avail still holds;
-//  5. grant min(want, ⌊share · free / N⌋) of what is left, or one unit
+//  5. lend a replica that asks (SyncItem.Borrow) a share of the epoch out
+//     of what is left (lend, see ShareRecord), which serves its waiters;
+//     grant min(want, ⌊share · free / N⌋) of what is left, or one unit
 //     to a replica that holds none where that rounds to zero (see
 //     dryGetsOne); a sliding window is pressed for a period from a
 //     report of requests waiting or denied;
 //  6. last mile: when waiters need more than that split gives, grant them
 //     directly from what is left, whatever N;
 //  7. record the reservation (kept + granted) until now + lease, or the
-//     epoch's end where it reaches into shares released in the epoch;
-//  8. lend a replica that asks (SyncItem.Borrow) a share of the epoch out
-//     of what is left (lend, see ShareRecord).
+//     epoch's end where it reaches into shares released in the epoch.
 func (r *KeyRecord) Sync(replica string, it *SyncItem, now int64) SyncResult {
 	ws := storeWindows(it.Windows)
 	if len(r.Windows) != len(ws) {
@@ -106,15 +106,16 @@ func (r *KeyRecord) Sync(replica string, it *SyncItem, now int64) SyncResult {
 	}
 	kept := min(it.Unused, own, avail)
 	free := avail - kept
+	lent, took := r.lend(replica, it, ws, free, now)
+	free -= took
 	grant := min(it.Want, splitShare(free, it.Share, it.Replicas))
 	if grant == 0 && kept == 0 && it.Want > 0 && r.dryGetsOne(it, ws, now) && splitShare(free, it.Share, 1) > 0 {
 		grant = 1
 	}
-	if it.Waiting > grant {
+	if it.Waiting > satAdd(grant, lent) {
 		grant = max(grant, min(it.Waiting, free))
 	}
 	mine := kept + grant
-	lent := r.lend(replica, it, ws, avail-mine, now)
 	expires := shareExpiry(it, ws, held, mine, satSub(avail, held.released), now)
 	if mine > 0 {
 		r.Reservations[replica] = Reservation{Units: mine, Expires: expires}
@@ -125,7 +126,7 @@ func (r *KeyRecord) Sync(replica string, it *SyncItem, now int64) SyncResult {
 	copy(out, r.Windows)
 	othersHeld := held.all - held.own
 	return SyncResult{Credit: mine, Others: satAdd(others, othersHeld), Held: othersHeld, Windows: out, Now: now, Pressed: r.Pressed > now,
-		Expires: expires, Contended: contended(it, ws, grant, others, othersHeld, now), Gen: r.Gen, Lent: lent}
+		Expires: expires, Contended: contended(it, ws, satAdd(grant, lent), others, othersHeld, now), Gen: r.Gen, Lent: lent}
 }
 
 // contended reports whether the caller's waiters need units other

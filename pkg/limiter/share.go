@@ -32,8 +32,8 @@ import (
 //
 // Loans. A replica that is not a sharer of the current epoch (it joined
 // less than a lease before the epoch began) may ask to borrow a share of
-// it (SyncItem.Borrow). The store lends it S, or what is left if less,
-// out of the budget no reservation or share holds, and keeps the loan in
+// it (SyncItem.Borrow). The store lends it S, or its part (1/N) of the
+// budget no reservation or share holds if less, and keeps the loan in
 // the replica's record: through the epoch, the record counts as the loan
 // (Lent less its share hits held, until reported or released), not as
 // one of the n sharers. A loan lapses with its epoch. So a replica that
@@ -186,33 +186,35 @@ func (r *KeyRecord) chargeShares(replica string, it *SyncItem, ws []Window, now 
 
 // lend lends the caller a share of the current epoch (SyncItem.Borrow)
 // out of left, the budget no reservation or share holds: ShareSize at
-// the epoch's sharers, or less if less is left. A replica that holds a
+// the epoch's sharers, or its part of left, ⌊share·left/N⌋, if less (a
+// sharer that released its share of the key, contended, may need the
+// rest as credit). A replica that holds a
 // loan of the epoch is told its size again (a reply may have been lost);
 // one that released its share of the epoch, or asks of an epoch the
 // store is not in, or of a founding epoch, gets none. It returns the
-// loan's size.
-func (r *KeyRecord) lend(replica string, it *SyncItem, ws []Window, left uint64, now int64) uint64 {
+// loan's size and what of left it took.
+func (r *KeyRecord) lend(replica string, it *SyncItem, ws []Window, left uint64, now int64) (lent, took uint64) {
 	if !it.Borrow || !sharesOf(it) || it.Sharers <= 0 || now/int64(ws[0].Period) != it.ShareEpoch {
-		return 0
+		return 0, 0
 	}
 	epoch := it.ShareEpoch
 	rec := r.Shares[replica]
 	switch {
 	case rec.Released >= epoch:
-		return 0
+		return 0, 0
 	case rec.lent(epoch):
-		return rec.Lent
+		return rec.Lent, 0
 	}
-	g := min(ShareSize(ws[0], it.Share, it.Sharers), left)
+	g := min(ShareSize(ws[0], it.Share, it.Sharers), splitShare(left, it.Share, it.Replicas))
 	if g == 0 {
-		return 0
+		return 0, 0
 	}
 	rec.Lent, rec.LentEpoch = g, epoch
 	if r.Shares == nil {
 		r.Shares = make(map[string]ShareRecord)
 	}
 	r.Shares[replica] = rec
-	return g
+	return g, g
 }
 
 func abs(n int) int {

@@ -13,7 +13,8 @@ import (
 // replica releases it. Two sharers of 100 an hour (S = 50), b gone: j
 // borrows b's 50, and asks again to be told the same 50; a's own share
 // and the loan then hold everything. With both sharers live nothing is
-// left to lend; with a reserving 30 first, 20 is.
+// left to lend; with a reserving 30 first, 20 is. With two replicas
+// live, a loan is at most the borrower's half of what is left.
 func testShareLoans(t *testing.T, st limiter.Store) {
 	w := limiter.Window{Limit: 100, Period: time.Hour}
 	e := epochOf(t, st, w)
@@ -61,4 +62,9 @@ func testShareLoans(t *testing.T, st limiter.Store) {
 	expect(t, "a's credit", r.Credit, 30)
 	r = sync1(t, st, "j", borrow("part", "b"))
 	expect(t, "lent: what is left", r.Lent, 20)
+
+	split := borrow("split", "b")
+	split.Replicas = 2
+	r = sync1(t, st, "j", split)
+	expect(t, "lent: j's part of what is left with 2 replicas live", r.Lent, 25)
 }

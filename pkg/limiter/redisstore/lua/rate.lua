@@ -70,19 +70,19 @@ local function own_share(rec)
 end
 
 -- KeyRecord.lend: a share of epoch se on loan to this replica, which asked
--- to borrow one, out of left: ShareSize at the n sharers, or what is
--- left if less; the loan it holds of se told again; none after a release
+-- to borrow one, out of left: ShareSize at the n sharers, or its part
+-- of left (1/nrep) if less; the loan it holds of se told again; none after a release
 -- of se, of an epoch the store is not in, or of a founding epoch.
-local function lend(rec, ws, se, n, share, left)
-  if n <= 0 or ws[1].e ~= se then return 0 end
+local function lend(rec, ws, se, n, share, nrep, left)
+  if n <= 0 or ws[1].e ~= se then return 0, 0 end
   local r = rec.shares ~= NOSHARES and rec.shares[myshare]
-  if r and r.rel >= se then return 0 end
-  if r and r.lent > 0 and r.le == se then return r.lent end
-  local g = min(idiv(floor(share * ws[1].limit), n), left)
-  if g <= 0 then return 0 end
+  if r and r.rel >= se then return 0, 0 end
+  if r and r.lent > 0 and r.le == se then return r.lent, 0 end
+  local g = min(idiv(floor(share * ws[1].limit), n), idiv(floor(share * left), nrep))
+  if g <= 0 then return 0, 0 end
   r = own_share(rec)
   r.lent, r.le, r.dirty = g, se, true
-  return g
+  return g, g
 end
 
 -- KeyRecord.chargeShares: records this replica's nsh share hits (their
@@ -320,23 +320,24 @@ local function sync(key, a)
     if avail == nil or r < avail then avail = r end
   end
 
-  -- 4-6. keep, split, last mile.
+  -- 4-6. keep, lend, split, last mile.
   local kept = min(unused, rec.own, avail)
   local free = avail - kept
+  local loan, took = 0, 0
+  if borrow == 1 and has then loan, took = lend(rec, ws, se, sharers, share, nrep, free) end
+  free = free - took
   local grant = min(want, idiv(floor(share * free), nrep))
   if grant == 0 and kept == 0 and want > 0 and dry_gets_one(st, ws, share, nrep, rec.pressed)
       and floor(share * free) > 0 then
     grant = 1
   end
-  if waiting > grant then grant = max(grant, min(waiting, free)) end
+  if waiting > satadd(grant, loan) then grant = max(grant, min(waiting, free)) end
 
   -- 7. the reservation (written by save, with the windows) lapses at now
   -- + lease; of a rule with shares, at the epoch's end unless it may
   -- carry over, and when the first released share returns if it reaches
   -- into released shares (shareExpiry).
   local credit = kept + grant
-  local loan = 0
-  if borrow == 1 and has then loan = lend(rec, ws, se, sharers, share, avail - credit) end
   local expires = now + lease
   if has then
     if not carry then
@@ -351,7 +352,7 @@ local function sync(key, a)
     del(rec, mine)
   end
   local oheld = held - ownheld
-  local contended = waiting > grant and (oheld > 0 or (has and rec.others > 0))
+  local contended = waiting > satadd(grant, loan) and (oheld > 0 or (has and rec.others > 0))
   if has and ws[1].e ~= se then contended = false end
   return save(key, rec, ws, credit, expires, oheld, contended, loan), a
 end
