@@ -120,3 +120,95 @@ func TestSimLoanHotKey(t *testing.T) {
 		}
 	})
 }
+
+// TestSimLoansRollingAtLoad: four replicas of a 100-a-minute rule are
+// replaced one at a time in the middle of the minute (each new one
+// started, then an old one stopped, 8 s apart), under 20× the limit on
+// two hot keys and a request every 2 s on each of 200 quiet keys. The
+// new replicas borrow shares of the minute; no key's minute admits more
+// than its limit, the hot keys' nearly all of it, and no quiet key is
+// denied.
+func TestSimLoansRollingAtLoad(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		st := memstore.New(nil)
+		type rep struct {
+			l    *limiter.Limiter
+			stop func()
+		}
+		var mu sync.Mutex
+		var reps []rep
+		for _, name := range []string{"a", "b", "c", "d"} {
+			l, stop := startReplica(t, st, name)
+			reps = append(reps, rep{l, stop})
+		}
+		time.Sleep(time.Until(time.Now().Truncate(time.Minute).Add(time.Minute + time.Second)))
+		start := time.Now()
+		rule := perMinute(100)
+		live := func(i int) *limiter.Limiter {
+			mu.Lock()
+			defer mu.Unlock()
+			return reps[(len(reps)-4)+i%4].l
+		}
+		type cell struct {
+			minute int64
+			key    string
+		}
+		var cmu sync.Mutex
+		admitted := map[cell]int{}
+		var quietDenied atomic.Int64
+		var wg sync.WaitGroup
+		decide := func(i int, key string, quiet bool) {
+			out := make([]limiter.Result, 1)
+			ok, _ := live(i).Decide([]limiter.Request{{Key: []byte(key + "|" + rule.Fingerprint()), Rule: rule}}, out)
+			if ok {
+				cmu.Lock()
+				admitted[cell{int64(time.Since(start) / time.Minute), key}]++
+				cmu.Unlock()
+			} else if quiet {
+				quietDenied.Add(1)
+			}
+		}
+		end := start.Add(50 * time.Second)
+		for i := range 8 { // hot: 4 callers a key, 8.3 a second each: 20× of 100 a minute
+			wg.Go(func() {
+				for time.Now().Before(end) {
+					decide(i, fmt.Sprint("hot", i%2), false)
+					time.Sleep(120 * time.Millisecond)
+				}
+			})
+		}
+		wg.Go(func() { // quiet: each of 200 keys every 2 s, on a replica in turn
+			for n := 0; time.Now().Before(end); n++ {
+				for k := range 200 {
+					wg.Go(func() { decide(n+k, fmt.Sprint("quiet", k), true) })
+				}
+				time.Sleep(2 * time.Second)
+			}
+		})
+		for i, name := range []string{"e", "f", "g", "h"} {
+			time.Sleep(8 * time.Second)
+			l, stop := startReplica(t, st, name)
+			mu.Lock()
+			reps = append(reps, rep{l, stop})
+			old := reps[i].stop
+			mu.Unlock()
+			time.Sleep(500 * time.Millisecond)
+			old()
+		}
+		wg.Wait()
+		for c, n := range admitted {
+			if n > 100 {
+				t.Errorf("%s admitted %d in minute %d, over its limit of 100", c.key, n, c.minute)
+			}
+		}
+		for _, k := range []string{"hot0", "hot1"} {
+			if n := admitted[cell{0, k}]; n < 90 {
+				t.Errorf("%s admitted %d of its 100 in the minute, pressed at 5×", k, n)
+			}
+		}
+		if n := quietDenied.Load(); n > 0 {
+			t.Errorf("%d requests of quiet keys denied", n)
+		}
+		t.Logf("hot keys: %d, %d; quiet keys denied: %d", admitted[cell{0, "hot0"}], admitted[cell{0, "hot1"}], quietDenied.Load())
+	})
+}

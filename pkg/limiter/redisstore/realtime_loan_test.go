@@ -1,0 +1,64 @@
+package redisstore_test
+
+import (
+	"testing"
+	"time"
+
+	"github.com/ratelimit-svc/ratelimit-svc/internal/redistest"
+	"github.com/ratelimit-svc/ratelimit-svc/pkg/limiter"
+)
+
+// TestRealtimeLoanAfterRollingUpdate: two replicas share 300 keys of
+// 1 000 per rtPeriod against a redis-server; in the middle of a window
+// they hold shares of, a third replica starts and the first stops, as a
+// rolling update replaces it. The new replica holds no share of the
+// window: each key's first request on it borrows one (credit_loan.go),
+// and its later requests in the window are decided locally, where
+// without loans each was a round trip. Nothing is denied, no window is
+// over its limit.
+func TestRealtimeLoanAfterRollingUpdate(t *testing.T) {
+	rtSkipShort(t)
+	t.Parallel()
+	srv := redistest.Start(t)
+	rule := rtPer(1000, rtPeriod)
+	keys := rtKeys(rule, 300)
+	g := rtGroupStart(t, srv.Addr, "realtime-loan", 2)
+	w := rule.Windows[0]
+	time.Sleep(time.Until(rtShareWindow(t, g, w.Period, 8*time.Second)))
+	g.add()
+	g.mu.Lock()
+	old := g.all[0]
+	g.mu.Unlock()
+	g.retire(old)
+	time.Sleep(1500 * time.Millisecond) // the new replica hears the old one gone
+	start := time.Now()
+	end := start.Add(4 * time.Second)
+	if end.Truncate(w.Period) != start.Truncate(w.Period) {
+		t.Skipf("the run would cross into the next window (%v in): a slow start", start.Sub(start.Truncate(w.Period)))
+	}
+	calls := g.run(rtTraffic{rule: rule, keys: keys, rate: 600, callers: 16}, start, end)
+	rtErrors(t, calls)
+	var onNew, local, denied int
+	for _, c := range calls {
+		if !c.ok {
+			denied++
+		}
+		if c.replica == 1 { // live: the old second replica, then the new one
+			onNew++
+			if c.mode == limiter.ModeLocal {
+				local++
+			}
+		}
+	}
+	t.Logf("%d decisions, %d denied; on the new replica %d, %d local; modes %v", len(calls), denied, onNew, local, rtModes(calls))
+	g.logStats(t)
+	if denied > 0 {
+		t.Errorf("%d decisions of keys far below their limit denied", denied)
+	}
+	// Each key gets 4 requests on the new replica, its first a round: 3
+	// of 4 local at best; without loans, none.
+	if local*2 < onNew {
+		t.Errorf("%d of the new replica's %d decisions local, want over half", local, onNew)
+	}
+	rtAssertWithin(t, calls, int(w.Limit), w.Period, start.UnixNano()/int64(w.Period), (end.UnixNano()-1)/int64(w.Period)+1)
+}
