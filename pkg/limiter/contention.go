@@ -120,7 +120,7 @@ func (e *engine) contend(c Contended, epoch int64) {
 
 // releases asks every contended key this replica holds to release its
 // share of the epoch it was published in at its next sync, if this
-// replica holds a share of it, and to hand back its unused credit once
+// replica holds a share of it or the key a loan of it, and to hand back its unused credit once
 // for each time the key is read; it returns the release items of the
 // contended keys it does not hold. Keys are forgotten once that epoch is
 // over.
@@ -142,11 +142,12 @@ func (e *engine) releases(now int64) []SyncItem {
 			}
 			continue
 		}
-		if x.released == epoch || e.sharers(epoch*p, p, now) == 0 {
-			continue // released, or no share of this epoch to release
+		if x.released == epoch {
+			continue
 		}
+		sharer := e.sharers(epoch*p, p, now) != 0
 		if ent := e.keys.get([]byte(key)); ent != nil {
-			if cs := ent.cs.Load(); cs != nil && cs.share != nil {
+			if cs := ent.cs.Load(); cs != nil && cs.share != nil && (sharer || cs.share.lentOf(epoch)) {
 				asked := cs.share.askRelease(epoch)
 				if x.fresh && cs.credit.Load() > 0 {
 					cs.yield.Store(true) // hand back the unused credit too
@@ -158,6 +159,9 @@ func (e *engine) releases(now int64) []SyncItem {
 				x.fresh = false
 				continue
 			}
+		}
+		if !sharer {
+			continue // no share or loan of this epoch to release
 		}
 		x.released = epoch
 		items = append(items, SyncItem{Key: key, Algorithm: x.rule.Algorithm, Windows: x.rule.Windows,

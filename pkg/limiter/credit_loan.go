@@ -83,3 +83,10 @@ func (e *engine) takeLoan(cs *creditState, r *SyncResult, now int64) {
 func (sh *shareState) lentIn(ep int64) bool {
 	return sh.has(flagLent) && sh.epoch == ep && sh.released < ep
 }
+
+// lentOf reports whether the key holds a loan of epoch, not released.
+func (sh *shareState) lentOf(epoch int64) bool {
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	return sh.lentIn(epoch)
+}

@@ -212,3 +212,78 @@ func TestSimLoansRollingAtLoad(t *testing.T) {
 		t.Logf("hot keys: %d, %d; quiet keys denied: %d", admitted[cell{0, "hot0"}], admitted[cell{0, "hot1"}], quietDenied.Load())
 	})
 }
+
+// loanPressed runs a key of 100 a minute that the new replica c of a
+// rolling update borrows a share of: c asks once a second, cUses times
+// from 7.5 s into the minute, then stops; the old replica a asks 12×
+// the limit from aFrom into the minute until 50 s into the next. At 20 s
+// into the minute, during runs. It returns what the two minutes
+// admitted.
+func loanPressed(t *testing.T, st limiter.Store, cUses int, aFrom time.Duration, during func()) (first, second int) {
+	a, c := rollOver(t, st)
+	rule := perMinute(100)
+	key := []byte("hot|" + rule.Fingerprint())
+	minute := time.Now().Truncate(time.Minute)
+	admitted := map[time.Time]int{}
+	var mu sync.Mutex
+	var wg sync.WaitGroup
+	end := minute.Add(110 * time.Second)
+	run := func(l *limiter.Limiter, from time.Time, n int, gap time.Duration) {
+		time.Sleep(time.Until(from))
+		out := make([]limiter.Result, 1)
+		for ; n > 0 && time.Now().Before(end); n-- {
+			if ok, _ := l.Decide([]limiter.Request{{Key: key, Rule: rule}}, out); ok {
+				mu.Lock()
+				admitted[time.Now().Truncate(time.Minute)]++
+				mu.Unlock()
+			}
+			time.Sleep(gap)
+		}
+	}
+	for range 3 {
+		wg.Go(func() { run(a, minute.Add(aFrom), 1<<30, 150*time.Millisecond) })
+	}
+	wg.Go(func() { run(c, time.Now(), cUses, time.Second) })
+	time.Sleep(time.Until(minute.Add(20 * time.Second)))
+	during()
+	wg.Wait()
+	return admitted[minute], admitted[minute.Add(time.Minute)]
+}
+
+// TestSimLoanReleasedOnContention: the new replica borrows a share of a
+// key and uses 5 units of it; the old replica's requests then wait for
+// the units idle in the loan. The store publishes the key, and the
+// borrower releases the rest of its loan, as a sharer releases its
+// share. Before, a borrower, not one of the epoch's sharers, passed the
+// key by: the minute admitted 80 of its 100, the old replica's requests
+// denied with 20 units idle in the loan.
+func TestSimLoanReleasedOnContention(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		first, second := loanPressed(t, memstore.New(nil), 5, 7500*time.Millisecond, func() {})
+		t.Logf("admitted %d and %d", first, second)
+		if first < 99 || first > 100 || second != 100 {
+			t.Errorf("the minutes admitted %d and %d, want their limit of 100", first, second)
+		}
+	})
+}
+
+// TestSimWipeKeepsLoans: the new replica has used 10 units of its loan
+// when the store loses everything, 20 s into the minute; then the old
+// replica asks 12× the limit. The minute admits at most its limit and a
+// unit per replica for the rounds in flight, the next at most its limit:
+// the loan's hits were pushed with the key's syncs while it was busy,
+// and the borrower, finding itself joined to a new registry, gives the
+// loan up (dropShares).
+func TestSimWipeKeepsLoans(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		st := newWipedStore()
+		wiped, next := loanPressed(t, st, 10, 20500*time.Millisecond, st.wipe)
+		t.Logf("admitted %d in the wiped minute, %d in the next", wiped, next)
+		if wiped > 100+2 {
+			t.Errorf("the wiped minute admitted %d > L + N", wiped)
+		}
+		if next > 100 {
+			t.Errorf("the minute after admitted %d > L", next)
+		}
+	})
+}
