@@ -16,8 +16,10 @@ package limiter
 
 // loanFields sets the item's loan fields: the loan of the epoch of snow
 // the key holds, or, with requests waiting and a fresh copy of the
-// registry mv that counts sharers of the epoch (not a founding one), none
-// of them this replica, a request to borrow one. cs.mu must be held.
+// registry mv that counts sharers of the epoch (a founding epoch's
+// founders, once they are known: until then this replica may turn out
+// one), this replica not one of them, a request to borrow one. cs.mu
+// must be held.
 func (e *engine) loanFields(cs *creditState, it *SyncItem, mv *memberView, snow, now int64) {
 	sh := cs.share
 	if sh == nil {
@@ -33,7 +35,8 @@ func (e *engine) loanFields(cs *creditState, it *SyncItem, mv *memberView, snow,
 	case released:
 	case held:
 		it.Lent = size
-	case len(cs.waiters) > 0 && mv.fresh(now) && mv.sharers(ep*p, p) > 0 && e.sharersIn(mv, ep*p, p, now) == 0:
+	case len(cs.waiters) > 0 && mv.fresh(now) && mv.sharers(ep*p, p) != 0 && mv.m.foundersDue(ep*p, p, lease) == 0 &&
+		e.sharersIn(mv, ep*p, p, now) == 0:
 		it.Borrow = true
 	}
 }

@@ -92,8 +92,8 @@
 // (Membership.Sharers): every replica counts the same n, a newcomer holds
 // no share of an epoch that began less than a lease after it joined, and
 // a replica that left stays counted for the epochs it was live in, so no
-// share grows within an epoch. A newcomer borrows a share of such an
-// epoch instead, key by key, in the round its key's first request waits
+// share grows within an epoch. A newcomer (or a founding epoch's late
+// joiner, below) borrows a share of such an epoch instead, key by key, in the round its key's first request waits
 // for (SyncItem.Borrow): the store lends one out of the budget no
 // reservation or share holds (a replica that left, by Leave, holds none
 // of the keys it never reported), at most the borrower's part of it, and

@@ -31,8 +31,8 @@ import (
 // same n for an epoch (Membership.Sharers).
 //
 // Loans. A replica that is not a sharer of the current epoch (it joined
-// less than a lease before the epoch began) may ask to borrow a share of
-// it (SyncItem.Borrow). The store lends it S, or its part (1/N) of the
+// less than a lease before the epoch began, or after a founding epoch's
+// founders) may ask to borrow a share of it (SyncItem.Borrow). The store lends it S, or its part (1/N) of the
 // budget no reservation or share holds if less, and keeps the loan in
 // the replica's record: through the epoch, the record counts as the loan
 // (Lent less its share hits held, until reported or released), not as
@@ -107,7 +107,7 @@ func (r *KeyRecord) chargeShares(replica string, it *SyncItem, ws []Window, now 
 	// not (the store lost it) is made again, at most a share: the replica
 	// spends from it.
 	var relend uint64
-	if sharesOf(it) && it.ShareEpoch == epoch && it.Sharers > 0 {
+	if sharesOf(it) && it.ShareEpoch == epoch && it.Sharers != 0 {
 		relend = min(it.Lent, ShareSize(w, it.Share, it.Sharers))
 	}
 	if len(it.ShareHits) > 0 || it.Release != 0 || floor || relend > 0 {
@@ -191,10 +191,11 @@ func (r *KeyRecord) chargeShares(replica string, it *SyncItem, ws []Window, now 
 // rest as credit). A replica that holds a
 // loan of the epoch is told its size again (a reply may have been lost);
 // one that released its share of the epoch, or asks of an epoch the
-// store is not in, or of a founding epoch, gets none. It returns the
+// store is not in, or of one without sharers, gets none. A founding
+// epoch's loan is at most a founder's share. It returns the
 // loan's size and what of left it took.
 func (r *KeyRecord) lend(replica string, it *SyncItem, ws []Window, left uint64, now int64) (lent, took uint64) {
-	if !it.Borrow || !sharesOf(it) || it.Sharers <= 0 || now/int64(ws[0].Period) != it.ShareEpoch {
+	if !it.Borrow || !sharesOf(it) || it.Sharers == 0 || now/int64(ws[0].Period) != it.ShareEpoch {
 		return 0, 0
 	}
 	epoch := it.ShareEpoch

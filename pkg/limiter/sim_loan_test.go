@@ -287,3 +287,53 @@ func TestSimWipeKeepsLoans(t *testing.T) {
 		}
 	})
 }
+
+// TestSimLoanLateFounder: a fresh deployment's replicas that start 2 s
+// after the first are not founders of its first minute and hold no share
+// of it (registry.go); their keys' first requests are probed and borrow
+// a share of the founding epoch, at most a founder's, out of the half the
+// founders leave. Each late replica asks 500 keys 4 times: 3 of each
+// key's 4 are decided locally, where each was a probe, a round a
+// request, without loans.
+func TestSimLoanLateFounder(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		time.Sleep(time.Until(time.Now().Truncate(time.Minute).Add(20 * time.Second)))
+		st := &itemCounter{Store: memstore.New(nil)}
+		startReplica(t, st, "a")
+		time.Sleep(2 * time.Second)
+		b, _ := startReplica(t, st, "b")
+		c, _ := startReplica(t, st, "c")
+		time.Sleep(2 * time.Second)
+		rule := perMinute(100)
+		items0 := st.items.Load()
+		var denied, local atomic.Int64
+		var wg sync.WaitGroup
+		for range 4 {
+			for i := range 500 {
+				key := []byte(fmt.Sprintf("user=%d|%s", i, rule.Fingerprint()))
+				for _, l := range []*limiter.Limiter{b, c} {
+					wg.Go(func() {
+						out := make([]limiter.Result, 1)
+						if ok, err := l.Decide([]limiter.Request{{Key: key, Rule: rule}}, out); err != nil || !ok {
+							denied.Add(1)
+						}
+						if out[0].Mode == limiter.ModeLocal {
+							local.Add(1)
+						}
+					})
+				}
+			}
+			time.Sleep(2 * time.Second)
+		}
+		wg.Wait()
+		syncs := st.items.Load() - items0
+		st.closed.Store(true)
+		t.Logf("4 000 decisions on the late replicas: %d denied, %d local, %d key syncs", denied.Load(), local.Load(), syncs)
+		if denied.Load() > 0 {
+			t.Errorf("%d requests of keys far below their limit denied", denied.Load())
+		}
+		if local.Load() < 2800 {
+			t.Errorf("%d of 4 000 decided locally, want 3 of each key's 4 at least (3 000) but a few", local.Load())
+		}
+	})
+}

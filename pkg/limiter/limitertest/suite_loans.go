@@ -14,7 +14,9 @@ import (
 // borrows b's 50, and asks again to be told the same 50; a's own share
 // and the loan then hold everything. With both sharers live nothing is
 // left to lend; with a reserving 30 first, 20 is. With two replicas
-// live, a loan is at most the borrower's half of what is left.
+// live, a loan is at most the borrower's half of what is left. A
+// founding epoch's loan is a founder's share; an epoch without sharers
+// lends none.
 func testShareLoans(t *testing.T, st limiter.Store) {
 	w := limiter.Window{Limit: 100, Period: time.Hour}
 	e := epochOf(t, st, w)
@@ -67,4 +69,14 @@ func testShareLoans(t *testing.T, st limiter.Store) {
 	split.Replicas = 2
 	r = sync1(t, st, "j", split)
 	expect(t, "lent: j's part of what is left with 2 replicas live", r.Lent, 25)
+
+	found := borrow("founding")
+	found.Sharers, found.SharersNext = -2, -2 // two founders hold 25 each
+	r = sync1(t, st, "j", found)
+	expect(t, "lent of a founding epoch: a founder's share", r.Lent, 25)
+	expect(t, "others: the founders' shares", r.Others, 50)
+	none := borrow("no sharers")
+	none.Sharers = 0
+	r = sync1(t, st, "j", none)
+	expect(t, "lent of an epoch without sharers", r.Lent, 0)
 }

@@ -57,6 +57,15 @@ local function charge(st, ws, h, nh)
   end
 end
 
+-- share_size is ShareSize; share is clamped to (0, 1]. A founding
+-- epoch's n is −m: its m founders' shares hold half of it.
+local function share_size(w, share, n)
+  if n < 0 then
+    return idiv(floor(share / 2 * w.limit), -n)
+  end
+  return idiv(floor(share * w.limit), max(n, 1))
+end
+
 -- own_share is this replica's share record, made if it has none.
 local function own_share(rec)
   if rec.shares == NOSHARES then rec.shares = {} end
@@ -74,11 +83,11 @@ end
 -- of left (1/nrep) if less; the loan it holds of se told again; none after a release
 -- of se, of an epoch the store is not in, or of a founding epoch.
 local function lend(rec, ws, se, n, share, nrep, left)
-  if n <= 0 or ws[1].e ~= se then return 0, 0 end
+  if n == 0 or ws[1].e ~= se then return 0, 0 end
   local r = rec.shares ~= NOSHARES and rec.shares[myshare]
   if r and r.rel >= se then return 0, 0 end
   if r and r.lent > 0 and r.le == se then return r.lent, 0 end
-  local g = min(idiv(floor(share * ws[1].limit), n), idiv(floor(share * left), nrep))
+  local g = min(share_size(ws[1], share, n), idiv(floor(share * left), nrep))
   if g <= 0 then return 0, 0 end
   r = own_share(rec)
   r.lent, r.le, r.dirty = g, se, true
@@ -105,7 +114,7 @@ local function charge_shares(rec, ws, se, n, nn, gone, share, h, nsh, release, s
   -- a loan of the epoch the replica holds and the record does not (the
   -- store lost it) is made again, at most a share
   local relend = 0
-  if has and se == epoch and n > 0 then relend = min(lent, idiv(floor(share * w.limit), n)) end
+  if has and se == epoch and n ~= 0 then relend = min(lent, share_size(w, share, n)) end
   if nsh > 0 or release ~= 0 or sf or relend > 0 then
     local r = own_share(rec)
     if relend > 0 and r.le ~= epoch then
@@ -139,14 +148,7 @@ local function charge_shares(rec, ws, se, n, nn, gone, share, h, nsh, release, s
   elseif epoch ~= se then -- an epoch the item does not know the sharers of
     return MAXEXACT, 0, 0, MAXEXACT, false, true
   end
-  -- ShareSize; share is clamped to (0, 1]. A founding epoch's n is −m:
-  -- its m founders' shares hold half of it.
-  local size
-  if n < 0 then
-    size = idiv(floor(share / 2 * w.limit), -n)
-  else
-    size = idiv(floor(share * w.limit), max(n, 1))
-  end
+  local size = share_size(w, share, n)
   local all, own, released, returns, active = 0, 0, 0, MAXEXACT, 0
   for f, r in pairs(shares) do
     local s = {epoch = r.s.epoch, cur = r.s.cur, prev = r.s.prev, tat = r.s.tat}
