@@ -32,14 +32,15 @@ import (
 //
 // Loans. A replica that is not a sharer of the current epoch (it joined
 // less than a lease before the epoch began, or after a founding epoch's
-// founders) may ask to borrow a share of it (SyncItem.Borrow). The store lends it S, or its part (1/N) of the
-// budget no reservation or share holds if less, and keeps the loan in
-// the replica's record: through the epoch, the record counts as the loan
-// (Lent less its share hits held, until reported or released), not as
-// one of the n sharers. A loan lapses with its epoch. So a replica that
-// joins in the middle of a long window (a rolling update's new replica,
-// once the one it replaces has left) decides a key locally after one
-// round, not a round for every request until the epoch ends.
+// founders) may ask to borrow a share of it (SyncItem.Borrow). The store
+// lends it S, or its part (1/N) of the budget no reservation or share
+// holds if less, and keeps the loan in the replica's record: through the
+// epoch, the record counts as the loan (Lent less its share hits held,
+// until reported or released), not as one of the n sharers. A loan
+// lapses with its epoch. So a replica that joins in the middle of a long
+// window (a rolling update's new replica, once the one it replaces has
+// left) decides a key locally after one round, not a round for every
+// request until the epoch ends.
 
 // ShareRecord is what a store keeps of one replica's static share of a
 // rate key.
@@ -186,14 +187,13 @@ func (r *KeyRecord) chargeShares(replica string, it *SyncItem, ws []Window, now 
 
 // lend lends the caller a share of the current epoch (SyncItem.Borrow)
 // out of left, the budget no reservation or share holds: ShareSize at
-// the epoch's sharers, or its part of left, ⌊share·left/N⌋, if less (a
-// sharer that released its share of the key, contended, may need the
-// rest as credit). A replica that holds a
-// loan of the epoch is told its size again (a reply may have been lost);
-// one that released its share of the epoch, or asks of an epoch the
-// store is not in, or of one without sharers, gets none. A founding
-// epoch's loan is at most a founder's share. It returns the
-// loan's size and what of left it took.
+// the epoch's sharers (a founding epoch's: a founder's share), or its
+// part of left, ⌊share·left/N⌋, if less (a sharer that released its
+// share of the key, contended, may need the rest as credit). A replica
+// that holds a loan of the epoch is told its size again (a reply may
+// have been lost); one that released its share of the epoch, or asks of
+// an epoch the store is not in, or of one without sharers, gets none.
+// It returns the loan's size and what of left it took.
 func (r *KeyRecord) lend(replica string, it *SyncItem, ws []Window, left uint64, now int64) (lent, took uint64) {
 	if !it.Borrow || !sharesOf(it) || it.Sharers == 0 || now/int64(ws[0].Period) != it.ShareEpoch {
 		return 0, 0

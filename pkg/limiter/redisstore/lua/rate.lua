@@ -78,10 +78,11 @@ local function own_share(rec)
   return r
 end
 
--- KeyRecord.lend: a share of epoch se on loan to this replica, which asked
--- to borrow one, out of left: ShareSize at the n sharers, or its part
--- of left (1/nrep) if less; the loan it holds of se told again; none after a release
--- of se, of an epoch the store is not in, or of a founding epoch.
+-- KeyRecord.lend: a share of epoch se on loan to this replica, which
+-- asked to borrow one, out of left: ShareSize at the n sharers, or its
+-- part of left (1/nrep) if less; the loan it holds of se told again; none
+-- after a release of se, of an epoch the store is not in, or of one
+-- without sharers. It returns the loan's size and what of left it took.
 local function lend(rec, ws, se, n, share, nrep, left)
   if n == 0 or ws[1].e ~= se then return 0, 0 end
   local r = rec.shares ~= NOSHARES and rec.shares[myshare]
