@@ -39,6 +39,32 @@ func rollOver(t *testing.T, st limiter.Store) (a, c *limiter.Limiter) {
 	return a, c
 }
 
+// askKeys asks each of ls 4 times, 2 s apart, for each of keys keys of
+// rule, all at once, and counts the requests denied and decided locally.
+func askKeys(rule *limiter.Rule, keys int, ls ...*limiter.Limiter) (denied, local int64) {
+	var d, l atomic.Int64
+	var wg sync.WaitGroup
+	for range 4 {
+		for i := range keys {
+			key := []byte(fmt.Sprintf("user=%d|%s", i, rule.Fingerprint()))
+			for _, lim := range ls {
+				wg.Go(func() {
+					out := make([]limiter.Result, 1)
+					if ok, err := lim.Decide([]limiter.Request{{Key: key, Rule: rule}}, out); err != nil || !ok {
+						d.Add(1)
+					}
+					if out[0].Mode == limiter.ModeLocal {
+						l.Add(1)
+					}
+				})
+			}
+		}
+		time.Sleep(2 * time.Second)
+	}
+	wg.Wait()
+	return d.Load(), l.Load()
+}
+
 // TestSimLoanAfterRollingUpdate: a replica that joins in the middle of a
 // window holds no share of it. Without a loan every request of a key far
 // below its limit cost it a round until the next window it is a sharer
@@ -53,32 +79,15 @@ func TestSimLoanAfterRollingUpdate(t *testing.T) {
 		_, c := rollOver(t, st)
 		rule := perMinute(100)
 		items0 := st.items.Load()
-		var denied, local atomic.Int64
-		var wg sync.WaitGroup
-		for range 4 {
-			for i := range 500 {
-				key := []byte(fmt.Sprintf("user=%d|%s", i, rule.Fingerprint()))
-				wg.Go(func() {
-					out := make([]limiter.Result, 1)
-					if ok, err := c.Decide([]limiter.Request{{Key: key, Rule: rule}}, out); err != nil || !ok {
-						denied.Add(1)
-					}
-					if out[0].Mode == limiter.ModeLocal {
-						local.Add(1)
-					}
-				})
-			}
-			time.Sleep(2 * time.Second)
-		}
-		wg.Wait()
+		denied, local := askKeys(rule, 500, c)
 		syncs := st.items.Load() - items0
 		st.closed.Store(true)
-		t.Logf("2000 decisions on the new replica: %d denied, %d local, %d key syncs; %v", denied.Load(), local.Load(), syncs, c.Stats().Decisions)
-		if denied.Load() > 0 {
-			t.Errorf("%d requests of keys far below their limit denied", denied.Load())
+		t.Logf("2000 decisions on the new replica: %d denied, %d local, %d key syncs; %v", denied, local, syncs, c.Stats().Decisions)
+		if denied > 0 {
+			t.Errorf("%d requests of keys far below their limit denied", denied)
 		}
-		if local.Load() < 1400 {
-			t.Errorf("%d of 2 000 decided locally, want 3 of each key's 4 at least (1 500) but a few", local.Load())
+		if local < 1400 {
+			t.Errorf("%d of 2 000 decided locally, want 3 of each key's 4 at least (1 500) but a few", local)
 		}
 		if syncs > 700 {
 			t.Errorf("%d key syncs for 500 keys, want about one a key", syncs)
@@ -306,34 +315,15 @@ func TestSimLoanLateFounder(t *testing.T) {
 		time.Sleep(2 * time.Second)
 		rule := perMinute(100)
 		items0 := st.items.Load()
-		var denied, local atomic.Int64
-		var wg sync.WaitGroup
-		for range 4 {
-			for i := range 500 {
-				key := []byte(fmt.Sprintf("user=%d|%s", i, rule.Fingerprint()))
-				for _, l := range []*limiter.Limiter{b, c} {
-					wg.Go(func() {
-						out := make([]limiter.Result, 1)
-						if ok, err := l.Decide([]limiter.Request{{Key: key, Rule: rule}}, out); err != nil || !ok {
-							denied.Add(1)
-						}
-						if out[0].Mode == limiter.ModeLocal {
-							local.Add(1)
-						}
-					})
-				}
-			}
-			time.Sleep(2 * time.Second)
-		}
-		wg.Wait()
+		denied, local := askKeys(rule, 500, b, c)
 		syncs := st.items.Load() - items0
 		st.closed.Store(true)
-		t.Logf("4 000 decisions on the late replicas: %d denied, %d local, %d key syncs", denied.Load(), local.Load(), syncs)
-		if denied.Load() > 0 {
-			t.Errorf("%d requests of keys far below their limit denied", denied.Load())
+		t.Logf("4 000 decisions on the late replicas: %d denied, %d local, %d key syncs", denied, local, syncs)
+		if denied > 0 {
+			t.Errorf("%d requests of keys far below their limit denied", denied)
 		}
-		if local.Load() < 2800 {
-			t.Errorf("%d of 4 000 decided locally, want 3 of each key's 4 at least (3 000) but a few", local.Load())
+		if local < 2800 {
+			t.Errorf("%d of 4 000 decided locally, want 3 of each key's 4 at least (3 000) but a few", local)
 		}
 	})
 }
