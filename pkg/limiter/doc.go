@@ -76,8 +76,8 @@
 // credit beyond the shares stays exact. Share hits are pushed only when
 // the key syncs for another reason and at shutdown. A crash loses them
 // from the store's counts, not from its budget: the crashed replica's
-// share stays reserved until its window ends, so the limit holds across
-// a rolling restart. A replica that stops pushes its share hits, releases
+// share (or loan, below) stays reserved until its window ends, so the
+// limit holds across a rolling restart. A replica that stops pushes its share hits, releases
 // the shares it spent from, and only once the store has them leaves the
 // registry (Store.Leave); the store then counts no share of it that no
 // record reports (SyncItem.Gone), so a deployment of one replica,
