@@ -187,9 +187,13 @@ func (r *KeyRecord) chargeShares(replica string, it *SyncItem, ws []Window, now 
 
 // lend lends the caller a share of the current epoch (SyncItem.Borrow)
 // out of left, the budget no reservation or share holds: ShareSize at
-// the epoch's sharers (a founding epoch's: a founder's share), or its
-// part of left, ⌊share·left/N⌋, if less (a sharer that released its
-// share of the key, contended, may need the rest as credit). A replica
+// the epoch's sharers (a founding epoch's: a founder's share) and at the
+// N replicas live (several may borrow at once: a founding epoch's late
+// joiners), or less if less is left; its part of left, ⌊share·left/N⌋,
+// if a replica still live released its share of the epoch (releasedIn):
+// that one may need the rest as credit. A replica that left released
+// its share for good: a rolling update's new replica borrows a whole
+// share. A replica
 // that holds a loan of the epoch is told its size again (a reply may
 // have been lost); one that released its share of the epoch, or asks of
 // an epoch the store is not in, or of one without sharers, gets none.
@@ -206,7 +210,11 @@ func (r *KeyRecord) lend(replica string, it *SyncItem, ws []Window, left uint64,
 	case rec.lent(epoch):
 		return rec.Lent, 0
 	}
-	g := min(ShareSize(ws[0], it.Share, it.Sharers), splitShare(left, it.Share, it.Replicas))
+	part := 1
+	if r.releasedIn(replica, it, epoch) {
+		part = it.Replicas
+	}
+	g := min(ShareSize(ws[0], it.Share, it.Sharers), splitShare(ws[0].Limit, it.Share, it.Replicas), splitShare(left, it.Share, part))
 	if g == 0 {
 		return 0, 0
 	}
@@ -216,6 +224,19 @@ func (r *KeyRecord) lend(replica string, it *SyncItem, ws []Window, left uint64,
 	}
 	r.Shares[replica] = rec
 	return g, g
+}
+
+// releasedIn reports whether a replica other than the caller, not one
+// that left by Leave (SyncItem.Gone), released its share of epoch: the
+// key was contended, and that replica may need the rest of what it gave
+// up as credit.
+func (r *KeyRecord) releasedIn(replica string, it *SyncItem, epoch int64) bool {
+	for id, rec := range r.Shares {
+		if id != replica && rec.Released >= epoch && !slices.Contains(it.Gone, id) {
+			return true
+		}
+	}
+	return false
 }
 
 func abs(n int) int {

@@ -327,3 +327,45 @@ func TestSimLoanLateFounder(t *testing.T) {
 		}
 	})
 }
+
+// TestSimLoanWholeShare: four replicas share a rule of 100 a minute
+// (shares of 25); 5 s into a minute they all hold shares of, a fifth
+// replaces one, which leaves. Each of 50 keys is then asked 20 times on
+// the new replica, a second apart. The leaver's share is free, and no
+// replica still live released any: the new one borrows a whole share,
+// and a key costs one sync. Lent only its part of what was free (1/N,
+// as after a live sharer's release), it held 6 and took credit for the
+// rest, reserved and renewed a lease at a time: 850 key syncs.
+func TestSimLoanWholeShare(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		st := &itemCounter{Store: memstore.New(nil)}
+		var stops []func()
+		for _, name := range []string{"a", "b", "c", "d"} {
+			_, stop := startReplica(t, st, name)
+			stops = append(stops, stop)
+		}
+		time.Sleep(time.Until(time.Now().Truncate(time.Minute).Add(time.Minute + 5*time.Second)))
+		e, _ := startReplica(t, st, "e")
+		time.Sleep(500 * time.Millisecond)
+		stops[3]()
+		time.Sleep(2 * time.Second)
+		rule := perMinute(100)
+		items0 := st.items.Load()
+		out := make([]limiter.Result, 1)
+		for range 20 {
+			for i := range 50 {
+				key := []byte(fmt.Sprintf("user=%d|%s", i, rule.Fingerprint()))
+				if ok, _ := e.Decide([]limiter.Request{{Key: key, Rule: rule}}, out); !ok {
+					t.Fatalf("key %d denied far below its limit", i)
+				}
+			}
+			time.Sleep(time.Second)
+		}
+		syncs := st.items.Load() - items0
+		st.closed.Store(true)
+		t.Logf("1 000 requests of 50 keys on the new replica: %d key syncs", syncs)
+		if syncs > 75 {
+			t.Errorf("%d key syncs for 50 keys, want about one a key", syncs)
+		}
+	})
+}

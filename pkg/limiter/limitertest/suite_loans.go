@@ -14,7 +14,8 @@ import (
 // borrows b's 50, and asks again to be told the same 50; a's own share
 // and the loan then hold everything. With both sharers live nothing is
 // left to lend; with a reserving 30 first, 20 is. With two replicas
-// live, a loan is at most the borrower's half of what is left. A
+// live and one of them having released its share, a loan is at most the
+// borrower's half of what is left. A
 // founding epoch's loan is a founder's share; an epoch without sharers
 // lends none.
 func testShareLoans(t *testing.T, st limiter.Store) {
@@ -65,10 +66,22 @@ func testShareLoans(t *testing.T, st limiter.Store) {
 	r = sync1(t, st, "j", borrow("part", "b"))
 	expect(t, "lent: what is left", r.Lent, 20)
 
+	whole := borrow("whole", "b")
+	whole.Replicas = 2
+	r = sync1(t, st, "j", whole)
+	expect(t, "lent with 2 replicas live, no share released: a whole share", r.Lent, 50)
+	rel = shared("split", w, 0, 2, e)
+	rel.Gone = []string{"b"}
+	rel.ShareHits, rel.Release = []limiter.Hit{{At: r.Now, N: 10}}, r.Now
+	sync1(t, st, "a", rel) // a, live, releases its share: contended
 	split := borrow("split", "b")
 	split.Replicas = 2
 	r = sync1(t, st, "j", split)
-	expect(t, "lent: j's part of what is left with 2 replicas live", r.Lent, 25)
+	expect(t, "lent after a live sharer's release: j's half of what is left", r.Lent, 45)
+	gone := borrow("split", "a", "b")
+	gone.Replicas = 2
+	r = sync1(t, st, "k", gone)
+	expect(t, "lent when the one that released left: all that is left", r.Lent, 45)
 
 	found := borrow("founding")
 	found.Sharers, found.SharersNext = -2, -2 // two founders hold 25 each

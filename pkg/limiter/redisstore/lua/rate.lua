@@ -79,16 +79,25 @@ local function own_share(rec)
 end
 
 -- KeyRecord.lend: a share of epoch se on loan to this replica, which
--- asked to borrow one, out of left: ShareSize at the n sharers, or its
--- part of left (1/nrep) if less; the loan it holds of se told again; none
+-- asked to borrow one, out of left: ShareSize at the n sharers and at
+-- the nrep live, or less if less is left; the loan it holds of se told again; none
 -- after a release of se, of an epoch the store is not in, or of one
 -- without sharers. It returns the loan's size and what of left it took.
-local function lend(rec, ws, se, n, share, nrep, left)
+local function lend(rec, ws, se, n, share, nrep, gone, left)
   if n == 0 or ws[1].e ~= se then return 0, 0 end
   local r = rec.shares ~= NOSHARES and rec.shares[myshare]
   if r and r.rel >= se then return 0, 0 end
   if r and r.lent > 0 and r.le == se then return r.lent, 0 end
-  local g = min(share_size(ws[1], share, n), idiv(floor(share * left), nrep))
+  -- its part of left (1/nrep) if a live replica released its share of
+  -- se (KeyRecord.releasedIn), else all of left
+  local part = 1
+  for f, x in pairs(rec.shares) do
+    if f ~= myshare and x.rel >= se and not gone[f] then
+      part = nrep
+      break
+    end
+  end
+  local g = min(share_size(ws[1], share, n), idiv(floor(share * ws[1].limit), nrep), idiv(floor(share * left), part))
   if g <= 0 then return 0, 0 end
   r = own_share(rec)
   r.lent, r.le, r.dirty = g, se, true
@@ -327,7 +336,7 @@ local function sync(key, a)
   local kept = min(unused, rec.own, avail)
   local free = avail - kept
   local loan, took = 0, 0
-  if borrow == 1 and has then loan, took = lend(rec, ws, se, sharers, share, nrep, free) end
+  if borrow == 1 and has then loan, took = lend(rec, ws, se, sharers, share, nrep, gone, free) end
   free = free - took
   local grant = min(want, idiv(floor(share * free), nrep))
   if grant == 0 and kept == 0 and want > 0 and dry_gets_one(st, ws, share, nrep, rec.pressed)
