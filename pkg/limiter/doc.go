@@ -93,12 +93,13 @@
 // no share of an epoch that began less than a lease after it joined, and
 // a replica that left stays counted for the epochs it was live in, so no
 // share grows within an epoch. A newcomer (or a founding epoch's late
-// joiner, below) borrows a share of such an epoch instead, key by key, in the round its key's first request waits
-// for (SyncItem.Borrow): the store lends one out of the budget no
-// reservation or share holds (a replica that left, by Leave, holds none
-// of the keys it never reported), at most the borrower's part of it, and
-// counts it as held, like a share, until reported or released; it lapses
-// with its epoch (credit_loan.go). After a rolling update, the new
+// joiner, below) borrows a share of such an epoch instead, key by key,
+// in the round its key's first request waits for (SyncItem.Borrow): the
+// store lends one out of the budget no reservation or share holds (a
+// replica that left, by Leave, holds none of the keys it never
+// reported), only the borrower's part of it once a live replica
+// released its share of the key, and counts it as held, like a share,
+// until reported or released; it lapses with its epoch (credit_loan.go). After a rolling update, the new
 // replicas' later requests of a key are decided locally, not a round
 // each until the first epoch they are sharers of (for an hour or a day
 // rule, hours). An epoch of a window of 10 s or more that

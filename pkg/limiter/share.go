@@ -33,8 +33,8 @@ import (
 // Loans. A replica that is not a sharer of the current epoch (it joined
 // less than a lease before the epoch began, or after a founding epoch's
 // founders) may ask to borrow a share of it (SyncItem.Borrow). The store
-// lends it S, or its part (1/N) of the budget no reservation or share
-// holds if less, and keeps the loan in the replica's record: through the
+// lends it a share (lend) out of the budget no reservation or share
+// holds, and keeps the loan in the replica's record: through the
 // epoch, the record counts as the loan (Lent less its share hits held,
 // until reported or released), not as one of the n sharers. A loan
 // lapses with its epoch. So a replica that joins in the middle of a long
