@@ -120,10 +120,10 @@ func (e *engine) contend(c Contended, epoch int64) {
 
 // releases asks every contended key this replica holds to release its
 // share of the epoch it was published in at its next sync, if this
-// replica holds a share of it or the key a loan of it, and to hand back its unused credit once
-// for each time the key is read; it returns the release items of the
-// contended keys it does not hold. Keys are forgotten once that epoch is
-// over.
+// replica holds a share of it or the key a loan of it, and to hand back
+// its unused credit once for each time the key is read; it returns the
+// release items of the contended keys it does not hold. Keys are
+// forgotten once that epoch is over.
 func (e *engine) releases(now int64) []SyncItem {
 	e.contMu.Lock()
 	defer e.contMu.Unlock()

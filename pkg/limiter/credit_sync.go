@@ -100,7 +100,8 @@ func (e *engine) prepare(cs *creditState, now int64) SyncItem {
 		it.ShareEpoch = snow / p
 		it.Sharers, it.SharersNext = mv.sharers(it.ShareEpoch*p, p), mv.sharers((it.ShareEpoch+1)*p, p)
 		it.Gone = mv.gone(it.ShareEpoch*p, p)
-		if e.loanFields(cs, &it, mv, snow, now); it.Borrow {
+		e.loanFields(cs, &it, mv, snow, now)
+		if it.Borrow {
 			it.Want = 0 // a loan serves the waiters, or else the last mile
 		}
 		if !mv.fresh(now) {
