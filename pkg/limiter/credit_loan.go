@@ -52,28 +52,21 @@ func (sh *shareState) holdsLoan(w Window, snow int64) bool {
 }
 
 // takeLoan installs the loan a reply lends, of the store's epoch at
-// r.Now. A key that already holds a share or a loan of it keeps it. One
-// this replica cannot tell is its own epoch (within the clock's
-// uncertainty of a boundary) is given back at once: the store counts it
-// as held. cs.mu must be held.
-func (e *engine) takeLoan(cs *creditState, r *SyncResult, now int64) {
+// r.Now. A key that already holds a share or a loan of it keeps it.
+// Spent only while this replica's clock puts it in that epoch (an admit
+// within the clock's uncertainty of a boundary needs a share of both
+// epochs, share_boundary.go); a spend in another epoch reckons the share
+// again and drops the loan, and the key borrows it again, told its size
+// (KeyRecord.lend). cs.mu must be held.
+func (e *engine) takeLoan(cs *creditState, r *SyncResult) {
 	sh := cs.share
 	if sh == nil || r.Lent == 0 {
 		return
 	}
-	p := int64(cs.ws[0].Period)
-	ep := r.Now / p
-	snow := e.storeNow(now)
-	slack := e.clockErr.Load()/1000 + 1
+	ep := r.Now / int64(cs.ws[0].Period)
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
 	if sh.released >= ep || sh.epoch == ep && sh.size > 0 {
-		return
-	}
-	if (snow-slack)/p != ep || (snow+slack)/p != ep {
-		sh.released = ep // said with the key's next sync (takeShare)
-		e.activate(cs)
-		cs.kicked.Store(true)
 		return
 	}
 	sh.epoch, sh.size, sh.recheck, sh.sharers = ep, r.Lent, 0, 0

@@ -286,7 +286,7 @@ func (e *engine) apply(cs *creditState, r *SyncResult) {
 	}
 	cs.backedTo.Store(backed)
 	cs.view.Store(newView(r))
-	e.takeLoan(cs, r, now)
+	e.takeLoan(cs, r)
 	cs.inflight, cs.flying, cs.lastSync = false, 0, now
 	probed := e.settleProbe(cs, r)
 	if now < backed {
