@@ -248,7 +248,9 @@ func TestRealtimeReplicaRestart(t *testing.T) {
 // TestRealtimeSkewedManyKeys is the design's skewed row: 1 000 keys of 10
 // a second with Zipf(1.1) popularity, 3 000 requests a second over 4
 // replicas, for 8 s: no key's window over its limit, counting only the
-// admits that began and ended in it. A key-second now and then admitted
+// admits that began and ended in it; on a machine that stalled the
+// process 20 ms or more, a run of windows a unit per replica over at
+// most is logged (rtAssertWithinStalled). A key-second now and then admitted
 // one more, one run in eight: the sweep removed a key its replica had
 // begun to sync, in the middle of an epoch, and the key came back with
 // that epoch's static share whole (TestSweepKeepsActiveShareKey). Every
@@ -273,7 +275,7 @@ func TestRealtimeSkewedManyKeys(t *testing.T) {
 	stalls.close()
 	rtErrors(t, calls)
 	from := start.Unix()
-	rtAssertWithin(t, calls, 10, time.Second, from, from+seconds)
+	rtAssertWithinStalled(t, calls, 10, 4, time.Second, from, from+seconds, stalls)
 
 	var denied int
 	for _, c := range calls {

@@ -491,14 +491,22 @@ func (s *rtStalls) during(c rtCall) time.Duration {
 	return total
 }
 
-func (s *rtStalls) String() string {
+// longest is the longest scheduler stall seen.
+func (s *rtStalls) longest() time.Duration {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	var longest time.Duration
 	for _, st := range s.stalls {
 		longest = max(longest, st.latency()-time.Millisecond)
 	}
-	return fmt.Sprintf("%d scheduler stalls over 2ms, longest %v", len(s.stalls), longest)
+	return longest
+}
+
+func (s *rtStalls) String() string {
+	s.mu.Lock()
+	n := len(s.stalls)
+	s.mu.Unlock()
+	return fmt.Sprintf("%d scheduler stalls over 2ms, longest %v", n, s.longest())
 }
 
 // TestRealtimeSlowRedis: with Redis 80 ms away, no decision waits much
