@@ -125,8 +125,9 @@ func (r *KeyRecord) Sync(replica string, it *SyncItem, now int64) SyncResult {
 	out := make([]WindowState, len(r.Windows))
 	copy(out, r.Windows)
 	othersHeld := held.all - held.own
+	c := contended(it, ws, satAdd(grant, lent), others, othersHeld, now)
 	return SyncResult{Credit: mine, Others: satAdd(others, othersHeld), Held: othersHeld, Windows: out, Now: now, Pressed: r.Pressed > now,
-		Expires: expires, Contended: contended(it, ws, satAdd(grant, lent), others, othersHeld, now), Gen: r.Gen, Lent: lent}
+		Expires: expires, Contended: c, Gen: r.Gen, Lent: lent, Shrink: c && held.shrinkable}
 }
 
 // contended reports whether the caller's waiters need units other
@@ -303,7 +304,7 @@ func (r *KeyRecord) ExpiresAt(a Algorithm, ws []Window) int64 {
 	if len(ws) == 1 {
 		w := storeWindows(ws)[0]
 		for _, s := range r.Shares {
-			t = max(t, s.State.FreshAt(w, a), (max(s.Released, s.LentEpoch)+1)*int64(w.Period))
+			t = max(t, s.State.FreshAt(w, a), (max(s.Released, s.LentEpoch, s.ShrinkEpoch)+1)*int64(w.Period))
 		}
 	}
 	return t

@@ -41,6 +41,18 @@ import (
 // window (a rolling update's new replica, once the one it replaces has
 // left) decides a key locally after one round, not a round for every
 // request until the epoch ends.
+//
+// Shrinking. Replicas added to a deployment (a scale-out, none leaving)
+// are not sharers of the epoch under way, whose sharers hold all of it.
+// A newcomer's borrow that finds nothing free is contended and, while
+// the live replicas outnumber the epoch's sharers and some sharer has
+// neither shrunk its share to a share at that count nor released it,
+// marked to shrink (SyncResult.Shrink): the sharers shrink their shares
+// to ShareSize at the live count (SyncItem.Shrink), keeping what they
+// spent beyond it, and the newcomers borrow what that frees. A release
+// would leave the sharers no share, and a round for each of their
+// requests until the epoch ends. A shrink counts, like a release, until
+// the epoch ends, and only ever shrinks the share further.
 
 // ShareRecord is what a store keeps of one replica's static share of a
 // rate key.
@@ -58,10 +70,18 @@ type ShareRecord struct {
 	// loan, not as one of the sharers: Lent less its share hits is held.
 	Lent      uint64
 	LentEpoch int64
+	// ShrinkN is the replica count at which the replica shrank its share
+	// of epoch ShrinkEpoch (SyncItem.Shrink): through that epoch the
+	// record counts ShareSize at ShrinkN, not at the epoch's sharers.
+	ShrinkN     int
+	ShrinkEpoch int64
 }
 
 // lent reports a record that holds a loan of epoch e.
 func (rec ShareRecord) lent(e int64) bool { return rec.Lent > 0 && rec.LentEpoch == e }
+
+// shrunk reports a record whose share of epoch e was shrunk.
+func (rec ShareRecord) shrunk(e int64) bool { return rec.ShrinkN > 0 && rec.ShrinkEpoch == e }
 
 // sharesOf reports whether it gives its rule static shares.
 func sharesOf(it *SyncItem) bool {
@@ -81,12 +101,13 @@ func ShareSize(w Window, share float64, n int) uint64 {
 // heldShares is what a key's static shares hold of its window at an
 // instant: all unreported shares, the caller's own, the part released
 // through the current epoch, when the first of those releases ends
-// (store µs), bringing its share back, and whether a reservation may
-// outlive the epoch.
+// (store µs), bringing its share back, whether a reservation may
+// outlive the epoch, and whether sharers may shrink their shares to a
+// share at the caller's live count (SyncResult.Shrink).
 type heldShares struct {
 	all, own, released uint64
 	returns            int64
-	carry              bool
+	carry, shrinkable  bool
 }
 
 // chargeShares records the caller's share hits and release in its share
@@ -111,10 +132,18 @@ func (r *KeyRecord) chargeShares(replica string, it *SyncItem, ws []Window, now 
 	if sharesOf(it) && it.ShareEpoch == epoch && it.Sharers != 0 {
 		relend = min(it.Lent, ShareSize(w, it.Share, it.Sharers))
 	}
-	if len(it.ShareHits) > 0 || it.Release != 0 || floor || relend > 0 {
+	// A shrink of the epoch the replica names, by a sharer of it.
+	shrink := sharesOf(it) && it.ShareEpoch == epoch && it.Sharers > 0 && it.Shrink > it.Sharers
+	if len(it.ShareHits) > 0 || it.Release != 0 || floor || relend > 0 || shrink {
 		rec := r.Shares[replica]
 		if relend > 0 && rec.LentEpoch != epoch {
 			rec.Lent, rec.LentEpoch = relend, epoch
+		}
+		if shrink && !rec.lent(epoch) {
+			if !rec.shrunk(epoch) {
+				rec.ShrinkN = 0
+			}
+			rec.ShrinkN, rec.ShrinkEpoch = max(rec.ShrinkN, it.Shrink), epoch
 		}
 		if floor {
 			rec.State.Raise(exact(it.ShareFloor))
@@ -131,7 +160,7 @@ func (r *KeyRecord) chargeShares(replica string, it *SyncItem, ws []Window, now 
 		r.Shares[replica] = rec
 	}
 	for id, rec := range r.Shares {
-		if rec.State.FreshAt(w, it.Algorithm) <= now && rec.Released < epoch && rec.LentEpoch < epoch {
+		if rec.State.FreshAt(w, it.Algorithm) <= now && rec.Released < epoch && rec.LentEpoch < epoch && rec.ShrinkEpoch < epoch {
 			delete(r.Shares, id)
 		}
 	}
@@ -149,7 +178,7 @@ func (r *KeyRecord) chargeShares(replica string, it *SyncItem, ws []Window, now 
 	size := ShareSize(w, it.Share, n)
 	sw := Window{Limit: size, Period: w.Period}
 	h := heldShares{returns: maxExact, carry: epoch == it.ShareEpoch && it.SharersNext == it.Sharers}
-	active, gone := 0, 0
+	active, gone, settled := 0, 0, 0
 	if epoch == it.ShareEpoch {
 		gone = distinct(it.Gone)
 	}
@@ -159,14 +188,21 @@ func (r *KeyRecord) chargeShares(replica string, it *SyncItem, ws []Window, now 
 		switch {
 		case rec.lent(epoch):
 			rw.Limit = rec.Lent // a loan: not one of the n sharers
-		case rec.State.Cur == 0 && rec.Released < epoch:
-			// Nothing reported or released this epoch: counted with the
-			// unreported shares, if its replica is a sharer of it.
+		case rec.State.Cur == 0 && rec.Released < epoch && !rec.shrunk(epoch):
+			// Nothing reported, released or shrunk this epoch: counted
+			// with the unreported shares, if its replica is a sharer of it.
 			continue
 		default:
 			active++
 			if gone > 0 && epoch == it.ShareEpoch && slices.Contains(it.Gone, id) {
 				gone-- // a gone sharer's record counts as any other
+			}
+			if rec.shrunk(epoch) && n > 0 {
+				rw.Limit = min(size, ShareSize(w, it.Share, rec.ShrinkN))
+			}
+			if rec.Released >= epoch || rec.shrunk(epoch) && rec.ShrinkN >= it.Replicas ||
+				epoch == it.ShareEpoch && slices.Contains(it.Gone, id) {
+				settled++
 			}
 		}
 		left := rec.State.Remaining(rw, it.Algorithm, now)
@@ -182,6 +218,8 @@ func (r *KeyRecord) chargeShares(replica string, it *SyncItem, ws []Window, now 
 	}
 	unreported := uint64(max(abs(n)-active-gone, 0))
 	h.all = satAdd(h.all, satMul(unreported, size))
+	h.shrinkable = n > 0 && epoch == it.ShareEpoch && it.Replicas > n && settled < n-gone &&
+		ShareSize(w, it.Share, it.Replicas) < size
 	return h
 }
 

@@ -127,6 +127,12 @@ type SyncItem struct {
 	// that contains it (the current epoch or the next), because another
 	// replica needs that budget (Contention).
 	Release int64
+	// Shrink, when more than Sharers, is a replica count m: the replica
+	// shrinks its static share of epoch ShareEpoch to ShareSize at m
+	// (replicas joined after the epoch's sharers and need a share of it:
+	// SyncResult.Shrink). The store counts no more of the share as held
+	// from then on, and never more again in the epoch. Zero: not shrunk.
+	Shrink int
 }
 
 // SyncResult is a store's answer for one SyncItem.
@@ -168,6 +174,12 @@ type SyncResult struct {
 	// until the epoch ends, and the store counts it as held until the
 	// replica reports or releases it. Zero: none.
 	Lent uint64
+	// Shrink qualifies Contended: the live replicas (SyncItem.Replicas)
+	// outnumber the epoch's sharers, and some sharers hold more than a
+	// share at that count: shrinking their shares to it
+	// (SyncItem.Shrink) frees a share for each replica that joined,
+	// where a release would leave the sharers none.
+	Shrink bool
 }
 
 // FeedWaiter is a Store that can wait for the contention feed: it
@@ -193,6 +205,9 @@ type Contended struct {
 	// epoch that contains it, not of one that began before they read it.
 	// Zero for an entry that does not say: the reader's reckoning of now.
 	At int64
+	// Shrink asks the epoch's sharers to shrink their shares to a share
+	// at the live count rather than release them (SyncResult.Shrink).
+	Shrink bool
 }
 
 // SlotItem is one concurrency key's part of a sync round.

@@ -79,6 +79,7 @@ var suiteCases = []struct {
 	{"GoneShares", testGoneShares},
 	{"FoundingShares", testFoundingShares},
 	{"ShareLoans", testShareLoans},
+	{"ShareShrink", testShareShrink},
 	{"Contention", testContention},
 	{"WaitContention", testWaitContention},
 }

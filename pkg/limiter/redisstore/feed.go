@@ -15,8 +15,9 @@ import (
 
 // The contention feed is a stream of the service's (one key, on one node
 // of a Cluster): one entry per contended item, holding its key,
-// algorithm, windows, the replica that needs it and the store instant it
-// was found contended.
+// algorithm, windows, the replica that needs it, the store instant it
+// was found contended and whether sharers are to shrink their shares
+// (limiter.Contended.Shrink).
 const (
 	// feedLen is how many entries the feed keeps, at least (MAXLEN ~).
 	feedLen = 1024
@@ -47,7 +48,7 @@ func (s *Store) publish(ctx context.Context, replica string, items []limiter.Syn
 		it := &items[i]
 		pipe.XAdd(ctx, &redis.XAddArgs{Stream: key, MaxLen: feedLen, Approx: true, Values: []any{
 			"key", it.Key, "algorithm", int(it.Algorithm), "windows", encodeWindows(it.Windows), "replica", replica,
-			"at", out[i].Now,
+			"at", out[i].Now, "shrink", shrinkArg(out[i].Shrink),
 		}})
 	}
 	if pipe == nil {
@@ -183,7 +184,17 @@ func decodeContended(v map[string]any) (limiter.Contended, error) {
 			return c, fmt.Errorf("at %q", s)
 		}
 	}
-	return limiter.Contended{Key: key, Algorithm: limiter.Algorithm(a), Windows: ws, Replica: replica, At: at}, nil
+	// shrink is absent from entries of older replicas: a release.
+	shrink, _ := v["shrink"].(string)
+	return limiter.Contended{Key: key, Algorithm: limiter.Algorithm(a), Windows: ws, Replica: replica, At: at,
+		Shrink: shrink == "1"}, nil
+}
+
+func shrinkArg(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
 }
 
 var _ limiter.FeedWaiter = (*Store)(nil)

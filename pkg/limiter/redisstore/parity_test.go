@@ -99,6 +99,10 @@ func TestParity(t *testing.T) {
 	if (sum.lent == 0 || sum.relent == 0) && !failed.Load() {
 		t.Error("no loan lent or held: SyncItem.Borrow and Lent went untested")
 	}
+	t.Logf("shrinks: %d items shrinking a share, %d replies asking sharers to shrink", sum.shrinking, sum.shrinkable)
+	if (sum.shrinking == 0 || sum.shrinkable == 0) && !failed.Load() {
+		t.Error("no share shrunk or shrink asked for: SyncItem.Shrink and SyncResult.Shrink went untested")
+	}
 	if loads.n.Load() == 0 && !failed.Load() {
 		t.Error("no script was reloaded after SCRIPT FLUSH")
 	}
@@ -395,6 +399,12 @@ func (p *parity) count(it *limiter.SyncItem, r limiter.SyncResult) {
 	if it.Lent > 0 {
 		p.tally.relent++
 	}
+	if it.Shrink > it.Sharers && it.Sharers > 0 {
+		p.tally.shrinking++
+	}
+	if r.Shrink {
+		p.tally.shrinkable++
+	}
 	if r.Expires != r.Now+int64(it.Lease/time.Microsecond) {
 		p.tally.epochEnd++
 	}
@@ -412,6 +422,7 @@ type tally struct {
 	gone                                                                  int64 // items naming sharers that left (SyncItem.Gone)
 	founded                                                               int64 // items of founding epochs (Sharers < 0)
 	borrowed, lent, relent                                                int64 // items asking a loan, replies lending, items saying a loan held
+	shrinking, shrinkable                                                 int64 // items shrinking a share, replies asking sharers to shrink
 }
 
 func (t *tally) add(o tally) {
@@ -435,6 +446,8 @@ func (t *tally) add(o tally) {
 	t.borrowed += o.borrowed
 	t.lent += o.lent
 	t.relent += o.relent
+	t.shrinking += o.shrinking
+	t.shrinkable += o.shrinkable
 }
 
 // item draws one key's sync: hits (late, future, on boundaries, refunds,
@@ -597,6 +610,9 @@ func (p *parity) shares(it *limiter.SyncItem, r limiter.Rule, key string) {
 	case 2: // a loan held, one the store may have lost, or an odd one
 		it.Lent = []uint64{1 + p.rng.Uint64N(size+1), size, 1 << 52, math.MaxUint64}[p.rng.IntN(4)]
 		it.Borrow = p.rng.IntN(2) == 0
+	}
+	if p.rng.IntN(4) == 0 { // a shrink to the live count, beyond it, or an odd one
+		it.Shrink = []int{it.Replicas, it.Sharers + 1, it.Replicas + 1 + p.rng.IntN(4), it.Sharers, -1, 1 << 40}[p.rng.IntN(6)]
 	}
 	if it.Release != 0 && p.rng.IntN(2) == 0 { // a share left to release, a window left to grant from
 		it.Hits, it.ShareHits = nil, it.ShareHits[:min(len(it.ShareHits), 1)]

@@ -18,6 +18,9 @@
 --            l:<id> the loan in replica id's share record (ShareRecord.Lent,
 --                   LentEpoch), "lent epoch": a field apart, which a
 --                   script that knows no loans passes by
+--            k:<id> the shrink in replica id's share record
+--                   (ShareRecord.ShrinkN, ShrinkEpoch), "n epoch": apart
+--                   too
 -- ARGV     replica, then per key in turn: its rule, then its own fields.
 --          The rule is an index, 1 or more, of a rule an earlier key of
 --          the call gave, or 0 and the rule: algorithm (0 fixed, 1
@@ -32,10 +35,11 @@
 --          n windows), the floors' generation (µs, 0: not known), then
 --          per window the replica's floor, "epoch cur prev tat"; the share
 --          floor in the same form ("": none); the loan held (SyncItem.Lent,
---          0: none), borrow (1 or 0).
+--          0: none), borrow (1 or 0), shrink (SyncItem.Shrink, 0: none).
 -- Reply    per key: now, credit, others' reservations, others' shares
 --          held (Others is their sum, saturated in Go), pressed (1 or 0),
---          expires(µs), contended (1 or 0), the record's generation (µs),
+--          expires(µs), contended (1, 2 to shrink, or 0), the record's
+--          generation (µs),
 --          the share lent (0: none), then per window: epoch cur prev tat.
 --
 -- record.lua, prepended, reads and writes the record; this part applies
@@ -71,7 +75,7 @@ local function own_share(rec)
   if rec.shares == NOSHARES then rec.shares = {} end
   local r = rec.shares[myshare]
   if r == nil then
-    r = {s = {epoch = 0, cur = 0, prev = 0, tat = 0}, rel = 0, lent = 0, le = 0, dirty = true}
+    r = {s = {epoch = 0, cur = 0, prev = 0, tat = 0}, rel = 0, lent = 0, le = 0, kn = 0, ke = 0, dirty = true}
     rec.shares[myshare] = r
     rec.nshares = rec.nshares + 1
   end
@@ -114,10 +118,12 @@ end
 -- part released through the current epoch, when the first of those
 -- releases ends, and whether a reservation may outlive the epoch
 -- (carry); then whether the rule has static shares (sharesOf; if not,
--- the rest are zero).
-local function charge_shares(rec, ws, se, n, nn, gone, share, h, nsh, release, sfloor, lent)
+-- the rest are zero), and whether sharers may shrink their shares to a
+-- share at the nrep live (heldShares.shrinkable), shrink being this
+-- replica's (SyncItem.Shrink).
+local function charge_shares(rec, ws, se, n, nn, gone, share, h, nsh, release, sfloor, lent, nrep, shrink)
   local has = se > 0 and #ws == 1 and alg == FIXED
-  if not has and nsh == 0 and release == 0 then return 0, 0, 0, 0, false, false end
+  if not has and nsh == 0 and release == 0 then return 0, 0, 0, 0, false, false, false end
   local w = ws[1]
   local epoch = w.e
   local sf = has and sfloor
@@ -125,10 +131,17 @@ local function charge_shares(rec, ws, se, n, nn, gone, share, h, nsh, release, s
   -- store lost it) is made again, at most a share
   local relend = 0
   if has and se == epoch and n ~= 0 then relend = min(lent, share_size(w, share, n)) end
-  if nsh > 0 or release ~= 0 or sf or relend > 0 then
+  -- a shrink of the epoch the replica names, by a sharer of it
+  local shrinks = has and se == epoch and n > 0 and shrink > n
+  if nsh > 0 or release ~= 0 or sf or relend > 0 or shrinks then
     local r = own_share(rec)
     if relend > 0 and r.le ~= epoch then
       r.lent, r.le, r.dirty = relend, epoch, true
+    end
+    if shrinks and not (r.lent > 0 and r.le == epoch) then
+      local k = shrink
+      if r.ke == epoch then k = max(k, r.kn) end
+      if k ~= r.kn or r.ke ~= epoch then r.kn, r.ke, r.dirty = k, epoch, true end
     end
     if sf and raise(r.s, sf) then r.dirty = true end
     for k = 0, nsh - 1 do
@@ -144,22 +157,23 @@ local function charge_shares(rec, ws, se, n, nn, gone, share, h, nsh, release, s
   end
   local shares = rec.shares
   for f, r in pairs(shares) do
-    if fresh_at(r.s, w) <= now and r.rel < epoch and r.le < epoch then
+    if fresh_at(r.s, w) <= now and r.rel < epoch and r.le < epoch and r.ke < epoch then
       shares[f] = nil
       rec.nshares = rec.nshares - 1
       if r.stored then del(rec, f) end
       if r.lstored then del(rec, 'l:' .. sub(f, 3)) end
+      if r.kstored then del(rec, 'k:' .. sub(f, 3)) end
     end
   end
-  if not has then return 0, 0, 0, 0, false, false end
+  if not has then return 0, 0, 0, 0, false, false, false end
   local ng = gone.n -- gone sharers without an active record
   if epoch == se + 1 then
     n, ng = nn, 0
   elseif epoch ~= se then -- an epoch the item does not know the sharers of
-    return MAXEXACT, 0, 0, MAXEXACT, false, true
+    return MAXEXACT, 0, 0, MAXEXACT, false, true, false
   end
   local size = share_size(w, share, n)
-  local all, own, released, returns, active = 0, 0, 0, MAXEXACT, 0
+  local all, own, released, returns, active, settled = 0, 0, 0, MAXEXACT, 0, 0
   for f, r in pairs(shares) do
     local s = {epoch = r.s.epoch, cur = r.s.cur, prev = r.s.prev, tat = r.s.tat}
     roll(s, w)
@@ -167,13 +181,18 @@ local function charge_shares(rec, ws, se, n, nn, gone, share, h, nsh, release, s
     -- none: with the unreported shares. One that holds a loan of it
     -- counts as the loan, not as one of the sharers.
     local loan = r.lent > 0 and r.le == epoch
-    if loan or s.cur > 0 or r.rel >= epoch then
+    local shrunk = r.kn > 0 and r.ke == epoch
+    if loan or s.cur > 0 or r.rel >= epoch or shrunk then
       local lim = size
       if loan then
         lim = r.lent
       else
         active = active + 1
         if ng > 0 and gone[f] then ng = ng - 1 end
+        if shrunk and n > 0 then lim = min(size, share_size(w, share, r.kn)) end
+        if r.rel >= epoch or shrunk and r.kn >= nrep or epoch == se and gone[f] then
+          settled = settled + 1
+        end
       end
       local left = satsub(lim, s.cur) -- remaining of a fixed window of lim
       if r.rel >= epoch then
@@ -187,7 +206,8 @@ local function charge_shares(rec, ws, se, n, nn, gone, share, h, nsh, release, s
   end
   -- The unreported shares: S each of the sharers without an active record.
   all = satadd(all, min(max(math.abs(n) - active - ng, 0) * size, MAXEXACT))
-  return all, own, released, returns, epoch == se and nn == n, true
+  local shrinkable = n > 0 and epoch == se and nrep > n and settled < n - ng and share_size(w, share, nrep) < size
+  return all, own, released, returns, epoch == se and nn == n, true, shrinkable
 end
 
 -- KeyRecord.dryGetsOne: a fixed window's last units go a unit at a time
@@ -299,8 +319,8 @@ local function sync(key, a)
   local nf, fgen = num(a), num(a + 1)
   local floors = a + 2
   local sfloor = window_state(args[floors + nf])
-  local lent, borrow = num(floors + nf + 1), num(floors + nf + 2)
-  a = floors + nf + 3
+  local lent, borrow, shrink = num(floors + nf + 1), num(floors + nf + 2), num(floors + nf + 3)
+  a = floors + nf + 4
 
   local rec = load(key, nw)
   local st = rec.st
@@ -312,8 +332,8 @@ local function sync(key, a)
   lift(rec, ws, floors, nf, fgen)
   charge(st, ws, hits, nh)
   charge(st, ws, shits, nsh)
-  local held, ownheld, released, returns, carry, has =
-    charge_shares(rec, ws, se, sharers, nnext, gone, share, shits, nsh, release, sfloor, lent)
+  local held, ownheld, released, returns, carry, has, shrinkable =
+    charge_shares(rec, ws, se, sharers, nnext, gone, share, shits, nsh, release, sfloor, lent, nrep, shrink)
 
   -- A sliding window is pressed for its shortest period from a report of
   -- requests waiting or denied.
@@ -366,7 +386,9 @@ local function sync(key, a)
   local oheld = held - ownheld
   local contended = waiting > satadd(grant, loan) and (oheld > 0 or (has and rec.others > 0))
   if has and ws[1].e ~= se then contended = false end
-  return save(key, rec, ws, credit, expires, oheld, contended, loan), a
+  local c = 0
+  if contended then c = shrinkable and 2 or 1 end
+  return save(key, rec, ws, credit, expires, oheld, c, loan), a
 end
 
 -- main syncs the keys of one call, replica argv[1], at one Redis TIME.

@@ -205,23 +205,29 @@ end
 local function parse_share(v)
   local e, c, p, t, r = match(v, '^(%-?%d+) (%d+) (%d+) (%-?%d+) (%-?%d+)$')
   return {s = {epoch = tonumber(e), cur = tonumber(c), prev = tonumber(p), tat = tonumber(t)},
-    rel = tonumber(r), lent = 0, le = 0, stored = true}
+    rel = tonumber(r), lent = 0, le = 0, kn = 0, ke = 0, stored = true}
 end
 
--- add_loans puts the loans read (l:<id> fields, "lent epoch"; loans maps
--- each one's share field to its value) in the share records, making a
--- record for a loan that has none.
-local function add_loans(rec, loans)
+-- add_apart puts the loans and shrinks read (l:<id> fields, "lent
+-- epoch", and k:<id> fields, "n epoch"; apart maps each one's share field
+-- to {kind, value}) in the share records, making a record for one that
+-- has none.
+local function add_apart(rec, apart)
   if rec.shares == NOSHARES then rec.shares = {} end
-  for f, v in pairs(loans) do
+  for _, x in ipairs(apart) do
+    local f, v = x[1], x[3]
     local r = rec.shares[f]
     if r == nil then
-      r = {s = {epoch = 0, cur = 0, prev = 0, tat = 0}, rel = 0, lent = 0, le = 0}
+      r = {s = {epoch = 0, cur = 0, prev = 0, tat = 0}, rel = 0, lent = 0, le = 0, kn = 0, ke = 0}
       rec.shares[f] = r
       rec.nshares = rec.nshares + 1
     end
     local l, e = match(v, '^(%d+) (%-?%d+)$')
-    r.lent, r.le, r.lstored = tonumber(l) or 0, tonumber(e) or 0, true
+    if x[2] == 'l:' then
+      r.lent, r.le, r.lstored = tonumber(l) or 0, tonumber(e) or 0, true
+    else
+      r.kn, r.ke, r.kstored = tonumber(l) or 0, tonumber(e) or 0, true
+    end
   end
 end
 
@@ -282,7 +288,7 @@ end
 local function load(key, nw)
   local flat = call('HGETALL', key)
   local rec = new_rec()
-  local w, x, loans
+  local w, x, apart
   for i = 1, #flat, 2 do
     local f = flat[i]
     if f == 'w' then
@@ -311,15 +317,19 @@ local function load(key, nw)
       elseif kind == 's:' then
         if rec.shares == NOSHARES then rec.shares = {} end
         local r, old = parse_share(flat[i + 1]), rec.shares[f]
-        if old then r.lent, r.le, r.lstored = old.lent, old.le, old.lstored else rec.nshares = rec.nshares + 1 end
+        if old then
+          r.lent, r.le, r.lstored, r.kn, r.ke, r.kstored = old.lent, old.le, old.lstored, old.kn, old.ke, old.kstored
+        else
+          rec.nshares = rec.nshares + 1
+        end
         rec.shares[f] = r
-      elseif kind == 'l:' then
-        loans = loans or {}
-        loans['s:' .. sub(f, 3)] = flat[i + 1]
+      elseif kind == 'l:' or kind == 'k:' then
+        apart = apart or {}
+        apart[#apart + 1] = {'s:' .. sub(f, 3), kind, flat[i + 1]}
       end
     end
   end
-  if loans then add_loans(rec, loans) end
+  if apart then add_apart(rec, apart) end
   x = x and tonum(x)
   if x and x <= now then
     call('DEL', key)
@@ -345,7 +355,7 @@ end
 local function save(key, rec, ws, credit, expires, oheld, contended, lent)
   local st, nw = rec.st, #ws
   local s = st[1]
-  local out = {now, credit, rec.others, oheld, rec.pressed > now and 1 or 0, expires, contended and 1 or 0, rec.gen,
+  local out = {now, credit, rec.others, oheld, rec.pressed > now and 1 or 0, expires, contended, rec.gen,
     lent, s.epoch, s.cur, s.prev, s.tat}
   local x = rec.last
   if credit > 0 then x = max(x, expires) end
@@ -357,7 +367,7 @@ local function save(key, rec, ws, credit, expires, oheld, contended, lent)
   end
   if nw == 1 then
     for _, r in pairs(rec.shares) do
-      x = max(x, fresh_at(r.s, ws[1]), (max(r.rel, r.le) + 1) * ws[1].p)
+      x = max(x, fresh_at(r.s, ws[1]), (max(r.rel, r.le, r.ke) + 1) * ws[1].p)
     end
   end
   -- Past 2^53 the state is not one the maths produce; never let it wrap
@@ -381,6 +391,9 @@ local function save(key, rec, ws, credit, expires, oheld, contended, lent)
       fields[n + 1], fields[n + 2], n = f, format('%d %d %d %d %d', s.epoch, s.cur, s.prev, s.tat, r.rel), n + 2
       if r.lent > 0 then -- apart, so a record reads as before to a script that knows no loans
         fields[n + 1], fields[n + 2], n = 'l:' .. sub(f, 3), format('%d %d', r.lent, r.le), n + 2
+      end
+      if r.kn > 0 then -- and shrinks
+        fields[n + 1], fields[n + 2], n = 'k:' .. sub(f, 3), format('%d %d', r.kn, r.ke), n + 2
       end
     end
   end
