@@ -35,6 +35,14 @@ type contention struct {
 	epoch    int64 // the epoch it was read in (store clock)
 	released int64 // the epoch released for a key this replica does not hold
 	fresh    bool  // read again since the key last handed back its credit
+	// shrink: published to shrink the shares to a share at that live
+	// count (Contended.Shrink, the most read); plain: to release them.
+	// Both of epoch.
+	shrink int
+	plain  bool
+	// shrunk is the live count this replica shrank its share of epoch
+	// to, by an item of its own, for a key it does not hold; zero: none.
+	shrunk int
 }
 
 // readContention reads the keys published since the last read; this
@@ -97,12 +105,12 @@ func (e *engine) contendAll(cs []Contended) {
 			if c.At > 0 {
 				at = c.At
 			}
-			e.contend(c, at/int64(c.Windows[0].Period/time.Microsecond))
+			e.contend(c, at/int64(c.Windows[0].Period/time.Microsecond), c.Shrink)
 		}
 	}
 }
 
-func (e *engine) contend(c Contended, epoch int64) {
+func (e *engine) contend(c Contended, epoch int64, shrink int) {
 	e.contMu.Lock()
 	defer e.contMu.Unlock()
 	x := e.contended[c.Key]
@@ -114,16 +122,29 @@ func (e *engine) contend(c Contended, epoch int64) {
 		e.contended[c.Key] = x
 		e.contN.Store(int64(len(e.contended)))
 	}
-	x.epoch = max(x.epoch, epoch)
+	switch {
+	case epoch > x.epoch:
+		x.epoch, x.shrink, x.plain, x.shrunk = epoch, 0, false, 0
+	case epoch < x.epoch:
+		x.fresh = true // its credit is handed back, not the shares of now
+		return
+	}
 	x.fresh = true
+	if shrink > 0 {
+		x.shrink = max(x.shrink, shrink)
+	} else {
+		x.plain = true
+	}
 }
 
 // releases asks every contended key this replica holds to release its
 // share of the epoch it was published in at its next sync, if this
-// replica holds a share of it or the key a loan of it, and to hand back
-// its unused credit once for each time the key is read; it returns the
-// release items of the contended keys it does not hold. Keys are
-// forgotten once that epoch is over.
+// replica holds a share of it or the key a loan of it, or, published to
+// shrink the shares and never to release them, to shrink its share to a
+// share at the live count (credit_shrink.go); and to hand back its
+// unused credit once for each time the key is read. It returns the
+// release and shrink items of the contended keys it does not hold. Keys
+// are forgotten once that epoch is over.
 func (e *engine) releases(now int64) []SyncItem {
 	e.contMu.Lock()
 	defer e.contMu.Unlock()
@@ -145,10 +166,17 @@ func (e *engine) releases(now int64) []SyncItem {
 		if x.released == epoch {
 			continue
 		}
+		n := max(int(e.replicas.Load()), x.shrink)
 		sharer := e.sharers(epoch*p, p, now) != 0
 		if ent := e.keys.get([]byte(key)); ent != nil {
 			if cs := ent.cs.Load(); cs != nil && cs.share != nil && (sharer || cs.share.lentOf(epoch)) {
-				asked := cs.share.askRelease(epoch)
+				var asked bool
+				switch {
+				case x.plain:
+					asked = cs.share.askRelease(epoch)
+				case x.shrink > 0 && sharer:
+					asked = e.askShrink(cs, epoch, n, x.fresh, now)
+				}
 				if x.fresh && cs.credit.Load() > 0 {
 					cs.yield.Store(true) // hand back the unused credit too
 					asked = true
@@ -163,20 +191,52 @@ func (e *engine) releases(now int64) []SyncItem {
 		if !sharer {
 			continue // no share or loan of this epoch to release
 		}
-		x.released = epoch
-		items = append(items, SyncItem{Key: key, Algorithm: x.rule.Algorithm, Windows: x.rule.Windows,
-			Release: snow, Replicas: int(e.replicas.Load()), Lease: lease})
+		if it, ok := e.bareItem(key, x, epoch, p, n, snow, now); ok {
+			items = append(items, it)
+		}
 	}
 	return items
 }
 
-// unrelease forgets the releases of a failed round, to send them again.
+// bareItem is the release or the shrink of the share of epoch of a
+// contended key x this replica, a sharer of the epoch, does not hold,
+// once: a release if published to release, a shrink to a share at the n
+// live if only to shrink and n is more than the epoch's sharers (or than
+// a shrink made before). e.contMu must be held.
+func (e *engine) bareItem(key string, x *contention, epoch, p int64, n int, snow, now int64) (SyncItem, bool) {
+	it := SyncItem{Key: key, Algorithm: x.rule.Algorithm, Windows: x.rule.Windows, Replicas: n, Lease: lease}
+	switch {
+	case x.plain:
+		x.released = epoch
+		it.Release = snow
+		return it, true
+	case x.shrink > 0 && n > x.shrunk:
+		mv := e.members.Load()
+		k := mv.sharers(epoch*p, p)
+		if k <= 0 || n <= k || !mv.fresh(now) {
+			return it, false
+		}
+		x.shrunk = n
+		it.Shrink, it.ShareEpoch, it.Sharers, it.SharersNext = n, epoch, k, mv.sharers((epoch+1)*p, p)
+		it.Gone = mv.gone(epoch*p, p)
+		return it, true
+	}
+	return it, false
+}
+
+// unrelease forgets the releases and shrinks of a failed round, to send
+// them again.
 func (e *engine) unrelease(items []SyncItem) {
 	e.contMu.Lock()
 	defer e.contMu.Unlock()
 	for _, it := range items {
 		if x := e.contended[it.Key]; x != nil {
-			x.released = 0
+			if it.Release != 0 {
+				x.released = 0
+			}
+			if it.Shrink != 0 {
+				x.shrunk = 0
+			}
 		}
 	}
 }

@@ -45,7 +45,8 @@ type shareState struct {
 	// boundary count in both epochs' shares (share_boundary.go).
 	next      uint64
 	nextEpoch int64
-	// flags: flagRelease, flagFounding.
+	// flags: flagRelease, flagFounding, flagLent, flagShrink; the
+	// shrink's count above them (credit_shrink.go).
 	flags   atomic.Uint32
 	sharers int32 // n for epoch; beside flags, so a key with its share fits 480 bytes
 }
@@ -59,6 +60,9 @@ const (
 	flagFounding
 	// flagLent: size is a loan of epoch, not a share (credit_loan.go).
 	flagLent
+	// flagShrink asks the next sync to tell the store of the shrink of
+	// the current epoch's share (credit_shrink.go).
+	flagShrink
 )
 
 func (sh *shareState) has(f uint32) bool { return sh.flags.Load()&f != 0 }
@@ -104,18 +108,7 @@ func (e *engine) spendShare(cs *creditState, n, now int64, dry bool) (bool, int6
 		return false, now + ((snow+slack)/p*p+slack-snow)*1000
 	}
 	if ep != sh.epoch || sh.recheck != 0 && snow >= sh.recheck {
-		k, recheck, known := e.reckonShare(ep*p, p, now)
-		sh.epoch, sh.sharers, sh.size, sh.recheck = ep, int32(k), 0, recheck
-		sh.unset(flagLent) // a loan lapses with its epoch
-		if !known {
-			// No copy of the registry to count from (the heartbeats
-			// fail): no share now, reckoned again at the next spend,
-			// not given up for the rest of the epoch, which the store
-			// counts it as holding.
-			sh.epoch = -1
-		} else if k != 0 {
-			sh.size = ShareSize(w, cs.rule.Tuning.share(), k)
-		}
+		e.reckonEpoch(cs, ep, now)
 	}
 	size := sh.size
 	if sh.released >= ep {
@@ -253,6 +246,9 @@ func (sh *shareState) takeShare(it *SyncItem, snow int64, w Window, sharer bool)
 		// records would count the share as held by this replica, which
 		// will not spend it, for the rest of the epoch.
 		it.Release = snow
+	} else if sharer {
+		sh.unset(flagShrink)
+		sh.shrinkField(it, ep)
 	}
 }
 
@@ -302,7 +298,7 @@ func (sh *shareState) untake(it SyncItem) {
 // of the keys due may pass it by.
 func (cs *creditState) shareOnly() bool {
 	return cs.share != nil && cs.view.Load() == nil && !cs.kicked.Load() && cs.credit.Load() <= 0 &&
-		cs.hits.Load() == 0 && cs.refunds.Load() == 0 && !cs.share.has(flagRelease)
+		cs.hits.Load() == 0 && cs.refunds.Load() == 0 && !cs.share.has(flagRelease|flagShrink)
 }
 
 // ample reports a share with more than an eighth of it left in the
@@ -372,6 +368,12 @@ func (e *engine) initShare(sh *shareState, key string) {
 	e.contMu.Lock()
 	if x := e.contended[key]; x != nil {
 		sh.released = x.released // a bare release of this epoch went out
+		if x.shrunk > 0 && x.released < x.epoch {
+			// A bare shrink of this epoch went out: the share, reckoned
+			// at the next spend, is shrunk as the store counts it.
+			sh.epoch, sh.recheck = x.epoch, 1
+			sh.setShrinkN(x.shrunk)
+		}
 	}
 	e.contMu.Unlock()
 }

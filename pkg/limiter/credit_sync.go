@@ -48,7 +48,7 @@ func (cs *creditState) holdsStill(now int64) bool {
 // nothing to say to the store. cs.mu must be held.
 func (cs *creditState) needsSync() bool {
 	return cs.hits.Load() != 0 || cs.refunds.Load() != 0 || len(cs.late) > 0 || cs.prb().owed() || cs.credit.Load() > 0 || len(cs.waiters) > 0 || cs.refill ||
-		cs.kicked.Load() || cs.view.Load() == nil && cs.share == nil || cs.share != nil && cs.share.has(flagRelease)
+		cs.kicked.Load() || cs.view.Load() == nil && cs.share == nil || cs.share != nil && cs.share.has(flagRelease|flagShrink)
 }
 
 // prepare takes the key's pending hits and builds its item.

@@ -205,9 +205,11 @@ type Contended struct {
 	// epoch that contains it, not of one that began before they read it.
 	// Zero for an entry that does not say: the reader's reckoning of now.
 	At int64
-	// Shrink asks the epoch's sharers to shrink their shares to a share
-	// at the live count rather than release them (SyncResult.Shrink).
-	Shrink bool
+	// Shrink, when positive, asks the epoch's sharers to shrink their
+	// shares to a share at that live count (the needing replica's
+	// SyncItem.Replicas, or their own if more) rather than release them
+	// (SyncResult.Shrink). Zero: release them.
+	Shrink int
 }
 
 // SlotItem is one concurrency key's part of a sync round.

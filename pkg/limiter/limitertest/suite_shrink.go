@@ -31,9 +31,9 @@ func testShareShrink(t *testing.T, st limiter.Store) {
 		}
 		return it
 	}
-	// feed is whether the feed's entries after cursor of key by replica
-	// ask to shrink (one of them must be there).
-	feed := func(cursor, key, replica string) bool {
+	// feed is the live count the feed's entry after cursor of key by
+	// replica asks to shrink to (one of them must be there).
+	feed := func(cursor, key, replica string) int {
 		t.Helper()
 		cs, _, err := st.Contention(context.Background(), "reader", cursor)
 		if err != nil {
@@ -45,7 +45,7 @@ func testShareShrink(t *testing.T, st limiter.Store) {
 			}
 		}
 		t.Fatalf("no entry of %q by %s in %+v", key, replica, cs)
-		return false
+		return 0
 	}
 	_, cursor, err := st.Contention(context.Background(), "reader", "")
 	if err != nil {
@@ -55,7 +55,7 @@ func testShareShrink(t *testing.T, st limiter.Store) {
 	expect(t, "lent with both sharers holding all", r.Lent, 0)
 	expect(t, "contended", r.Contended, true)
 	expect(t, "to shrink", r.Shrink, true)
-	expect(t, "the feed's entry: to shrink", feed(cursor, "k", "c"), true)
+	expect(t, "the feed's entry: to shrink to a share at 4", feed(cursor, "k", "c"), 4)
 
 	r = sync1(t, st, "a", shrink("k", 4, 10, r.Now))
 	expect(t, "a's others: b's share", r.Others, 50)
@@ -77,7 +77,7 @@ func testShareShrink(t *testing.T, st limiter.Store) {
 	expect(t, "lent to f with every share shrunk", r.Lent, 0)
 	expect(t, "f's borrow: contended", r.Contended, true)
 	expect(t, "f's borrow: a release now, not a shrink", r.Shrink, false)
-	expect(t, "the feed's entry of f's borrow: a release", feed(cursor, "k", "f"), false)
+	expect(t, "the feed's entry of f's borrow: a release", feed(cursor, "k", "f"), 0)
 
 	r = sync1(t, st, "a", shrink("spent", 4, 40, r.Now))
 	expect(t, "a's others: b's share", r.Others, 50)

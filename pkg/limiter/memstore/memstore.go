@@ -91,7 +91,7 @@ func (s *Store) Sync(ctx context.Context, replica string, items []limiter.SyncIt
 		e.expires = max(e.rec.ExpiresAt(it.Algorithm, it.Windows), now+1)
 		if out[i].Contended {
 			s.publish(limiter.Contended{Key: it.Key, Algorithm: it.Algorithm, Windows: it.Windows, Replica: replica, At: out[i].Now,
-				Shrink: out[i].Shrink})
+				Shrink: shrinkTo(it, out[i])})
 		}
 	}
 	return nil
@@ -295,3 +295,13 @@ func (s *Store) Keys() int {
 }
 
 var _ limiter.FeedWaiter = (*Store)(nil)
+
+// shrinkTo is what a contended item's entry in the feed asks the
+// sharers: to shrink to a share at the caller's live count, or (0) to
+// release their shares.
+func shrinkTo(it *limiter.SyncItem, r limiter.SyncResult) int {
+	if r.Shrink {
+		return max(it.Replicas, 1)
+	}
+	return 0
+}

@@ -48,7 +48,7 @@ func (s *Store) publish(ctx context.Context, replica string, items []limiter.Syn
 		it := &items[i]
 		pipe.XAdd(ctx, &redis.XAddArgs{Stream: key, MaxLen: feedLen, Approx: true, Values: []any{
 			"key", it.Key, "algorithm", int(it.Algorithm), "windows", encodeWindows(it.Windows), "replica", replica,
-			"at", out[i].Now, "shrink", shrinkArg(out[i].Shrink),
+			"at", out[i].Now, "shrink", shrinkArg(it, out[i]),
 		}})
 	}
 	if pipe == nil {
@@ -184,15 +184,21 @@ func decodeContended(v map[string]any) (limiter.Contended, error) {
 			return c, fmt.Errorf("at %q", s)
 		}
 	}
-	// shrink is absent from entries of older replicas: a release.
-	shrink, _ := v["shrink"].(string)
+	var shrink int
+	if s, ok := v["shrink"].(string); ok { // absent from entries of older replicas: a release
+		if shrink, err = strconv.Atoi(s); err != nil || shrink < 0 {
+			return c, fmt.Errorf("shrink %q", s)
+		}
+	}
 	return limiter.Contended{Key: key, Algorithm: limiter.Algorithm(a), Windows: ws, Replica: replica, At: at,
-		Shrink: shrink == "1"}, nil
+		Shrink: shrink}, nil
 }
 
-func shrinkArg(b bool) int {
-	if b {
-		return 1
+// shrinkArg is the feed entry's shrink: the caller's live count if the
+// sharers are to shrink their shares to a share at it, else 0.
+func shrinkArg(it *limiter.SyncItem, r limiter.SyncResult) int {
+	if r.Shrink {
+		return max(it.Replicas, 1)
 	}
 	return 0
 }
