@@ -12,10 +12,14 @@
 # with them only its first (a minute here; for an hour or a day rule the
 # same holds for hours). Prints one line per run: req/s, p99, OVER_LIMIT,
 # the replicas' decisions by mode and Redis CPU per 100k decisions.
+# ADD=k: a scale-out instead, k new replicas started and none stopped
+# (the old ones' decisions are then printed apart: without shrinking
+# shares they released theirs of each key a newcomer touched).
 #
 #   scripts/rolling-update.sh                       # D=20s KEYS=20000 C=64 R=2
 #   BIN=/path/to/older/ratelimit-svc scripts/rolling-update.sh   # another build
 #   RUNS=2 BINS="old:/tmp/old new:/tmp/new" scripts/rolling-update.sh  # alternately
+#   ADD=2 scripts/rolling-update.sh                 # 2 → 4 replicas mid-minute
 # Everything listens on free loopback ports; nothing is left running.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -26,6 +30,7 @@ KEYS=${KEYS:-20000}
 C=${C:-64}
 R=${R:-2}
 RUNS=${RUNS:-1}
+ADD=${ADD:-0}
 UNIT=${UNIT:-minute}
 case "$UNIT" in minute | hour) ;; *)
   echo "$name: UNIT=$UNIT: want minute or hour" >&2
@@ -50,7 +55,7 @@ descriptors:
   - key: user
     rate_limit: {unit: $UNIT, requests_per_unit: 100}
 EOF
-read -r -a ports < <(free_ports $((1 + 2 * (R + 1))))
+read -r -a ports < <(free_ports $((1 + 2 * (R + 1 + ADD))))
 rport=${ports[0]}
 rcli() { redis-cli -h 127.0.0.1 -p "$rport" "$@"; }
 redis-server --port "$rport" --bind 127.0.0.1 --save '' --appendonly no >"$work/redis.log" 2>&1 &
@@ -93,13 +98,21 @@ for ((run = 1; run <= RUNS; run++)); do
     else
       sleep 5
     fi
-    start "$bin" "$R"                       # the new replica
-    kill "${rep[$((R - 1))]}"                # the one it replaces
-    wait "${rep[$((R - 1))]}" 2>/dev/null || true
-    sleep 1.5                                # heartbeats: the others hear it gone
-    live=()
-    for ((i = 0; i < R - 1; i++)); do live+=("$i"); done
-    live+=("$R")
+    live=() old=() new=()
+    if [ "$ADD" -gt 0 ]; then # a scale-out: ADD new replicas, none stopped
+      for ((i = R; i < R + ADD; i++)); do start "$bin" "$i"; done
+      sleep 1.5 # heartbeats: the others hear of them
+      for ((i = 0; i < R; i++)); do old+=("$i"); done
+      for ((i = R; i < R + ADD; i++)); do new+=("$i"); done
+    else
+      start "$bin" "$R"                       # the new replica
+      kill "${rep[$((R - 1))]}"                # the one it replaces
+      wait "${rep[$((R - 1))]}" 2>/dev/null || true
+      sleep 1.5                                # heartbeats: the others hear it gone
+      for ((i = 0; i < R - 1; i++)); do old+=("$i"); done
+      new=("$R")
+    fi
+    live=("${old[@]}" "${new[@]}")
     addrs=$(for i in "${live[@]}"; do printf '127.0.0.1:%s,' "${ports[$((1 + 2 * i))]}"; done)
     m0=$(modes "${live[@]}") c0=$(cpu)
     check=(-limit 100 -per minute) # rlsbench checks per-minute windows; an hour's OVER_LIMIT alone says enough here
@@ -107,15 +120,16 @@ for ((run = 1; run <= RUNS; run++)); do
     "$work/rlsbench" -domain ru -c "$C" -d "$D" -json -addr "${addrs%,}" -descriptor 'user={k}' -keys "$KEYS" \
       "${check[@]}" >"$work/r.json" 2>>"$work/rlsbench.log" || true
     m1=$(modes "${live[@]}") c1=$(cpu)
-    newm=$(modes "$R")
-    python3 - "$label" "$work/r.json" "$m0" "$m1" "$c0" "$c1" "$newm" <<'EOF'
+    newm=$(modes "${new[@]}") oldm=$(modes "${old[@]}")
+    python3 - "$label" "$work/r.json" "$m0" "$m1" "$c0" "$c1" "$newm" "$oldm" <<'EOF'
 import json, sys
-label, rep, m0, m1, c0, c1, newm = sys.argv[1:]
-d = json.load(open(rep)); m0, m1, newm = json.loads(m0), json.loads(m1), json.loads(newm)
+label, rep, m0, m1, c0, c1, newm, oldm = sys.argv[1:]
+d = json.load(open(rep)); m0, m1, newm, oldm = json.loads(m0), json.loads(m1), json.loads(newm), json.loads(oldm)
 modes = {k: int(v - m0.get(k, 0)) for k, v in m1.items() if v - m0.get(k, 0)}
 dec = sum(modes.values()) or d["requests"]
 print(f'{label}: {d["throughput_rps"]:.0f} req/s, p99 {d["latency_us"]["p99"]/1000:.1f} ms, OVER_LIMIT {d["over_limit"]}, errors {d["errors"]}; '
-      f'decisions {modes}; the new replica {dict((k, int(v)) for k, v in newm.items() if v)}; '
+      f'decisions {modes}; the new replicas {dict((k, int(v)) for k, v in newm.items() if v)}; '
+      f'the old ones (since they started) {dict((k, int(v)) for k, v in oldm.items() if v)}; '
       f'Redis CPU {(float(c1) - float(c0)) * 1e3 * 1e5 / dec:.0f} ms /100k decisions')
 EOF
     for p in "${rep[@]}"; do kill "$p" 2>/dev/null || true; done

@@ -26,8 +26,10 @@ import (
 // registry, which counts no sharer of the epoch under way) releases it
 // unasked, or the store would count the rest of its record as held.
 
-// maxContended bounds the contended keys a replica remembers.
-const maxContended = 4096
+// The contended keys a replica remembers through an epoch are bounded as
+// the keys it holds are (WithMaxKeys): a scale-out's newcomers publish
+// every key they see in the epoch, and a key beyond a smaller bound
+// would be neither shrunk nor released, its newcomers' requests denied.
 
 // contention is a key another replica needs the shares of in an epoch.
 type contention struct {
@@ -115,7 +117,7 @@ func (e *engine) contend(c Contended, epoch int64, shrink int) {
 	defer e.contMu.Unlock()
 	x := e.contended[c.Key]
 	if x == nil {
-		if len(e.contended) >= maxContended {
+		if int64(len(e.contended)) >= e.keys.max {
 			return
 		}
 		x = &contention{rule: &Rule{Algorithm: c.Algorithm, Windows: c.Windows}}

@@ -114,7 +114,16 @@
 // the store publishes the key with the instant it found it contended;
 // the others release their share of that instant's epoch (not of a later
 // one they read it in), epoch by epoch while it stays contended, and the
-// key is shared by credit alone. Sliding windows, token buckets and rules
+// key is shared by credit alone. A newcomer's borrow that finds nothing
+// free while the live replicas outnumber the epoch's sharers (a
+// scale-out) is published to shrink instead: the sharers shrink their
+// shares to a share at the live count, keeping what they spent, the
+// newcomers borrow what that frees, and everyone goes on deciding
+// locally (credit_shrink.go); only a key still contended once every
+// sharer has shrunk or left is released. A sharer that died without
+// leaving never shrinks: while more replicas are live than the epoch's
+// sharers, such a key is not released in that epoch, and a newcomer gets
+// what the others' shrinks freed. Sliding windows, token buckets and rules
 // of several windows are shared by credit alone.
 //
 // A store that loses its state (Redis restarted without persistence, or

@@ -1,6 +1,9 @@
 package limiter_test
 
 import (
+	"fmt"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -52,6 +55,48 @@ func TestSimScaleOutKeepsShares(t *testing.T) {
 		}
 		if syncs > 15000 {
 			t.Errorf("%d key syncs for 500 keys on 4 replicas, want fewer than 30 a key", syncs)
+		}
+	})
+}
+
+// TestSimScaleOutManyKeys: after a scale-out from two replicas to four,
+// the newcomers ask for 5 000 keys the old replicas never saw, which
+// they shrink their shares of by items of their own. A replica used to
+// remember 4 096 contended keys an epoch, and the newcomers' requests of
+// the keys beyond that were denied: nobody shrank or released them.
+func TestSimScaleOutManyKeys(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		st := memstore.New(nil)
+		ls := scaleOut(t, st)
+		rule := perMinute(100)
+		const keys, workers = 5000, 100
+		var denied, local atomic.Int64
+		var wg sync.WaitGroup
+		for _, l := range ls[2:] {
+			for w := range workers {
+				wg.Go(func() {
+					out := make([]limiter.Result, 1)
+					for k := w; k < keys; k += workers {
+						key := []byte(fmt.Sprintf("user=%d|%s", k, rule.Fingerprint()))
+						if ok, err := l.Decide([]limiter.Request{{Key: key, Rule: rule}}, out); err != nil || !ok {
+							denied.Add(1)
+						}
+						if ok, err := l.Decide([]limiter.Request{{Key: key, Rule: rule}}, out); err != nil || !ok {
+							denied.Add(1)
+						} else if out[0].Mode == limiter.ModeLocal {
+							local.Add(1)
+						}
+					}
+				})
+			}
+		}
+		wg.Wait()
+		t.Logf("20 000 decisions on the newcomers: %d denied, %d of the second requests local", denied.Load(), local.Load())
+		if denied.Load() > 0 {
+			t.Errorf("%d requests of keys far below their limit denied", denied.Load())
+		}
+		if local.Load() < 2*keys*9/10 {
+			t.Errorf("%d of 10 000 second requests local, want nearly all: the first borrowed a share", local.Load())
 		}
 	})
 }

@@ -19,11 +19,14 @@ import (
 // was found contended and whether sharers are to shrink their shares
 // (limiter.Contended.Shrink).
 const (
-	// feedLen is how many entries the feed keeps, at least (MAXLEN ~).
-	feedLen = 1024
+	// feedLen is how many entries the feed keeps, at least (MAXLEN ~):
+	// a scale-out's newcomers publish each key they see, thousands in a
+	// second, and a reader that falls further behind loses entries. About
+	// 3 MB of Redis memory at the most.
+	feedLen = 16384
 	// feedRead is the most entries one Contention call reads; the next
 	// call reads on from where it stopped.
-	feedRead = 256
+	feedRead = 1024
 	// feedTTL is how long the feed outlives its last entry: readers wait
 	// on it or poll it every few tens of milliseconds, and one that comes
 	// back later reads on from its cursor into a new feed, whose entry

@@ -62,3 +62,62 @@ func TestRealtimeLoanAfterRollingUpdate(t *testing.T) {
 	}
 	rtAssertWithin(t, calls, int(w.Limit), w.Period, start.UnixNano()/int64(w.Period), (end.UnixNano()-1)/int64(w.Period)+1)
 }
+
+// TestRealtimeScaleOutKeepsShares: two replicas share 300 keys of 1 000
+// per rtPeriod against a redis-server; in the middle of a window they
+// hold shares of, two more start (a scale-out, none leaving). The
+// newcomers borrow shares of the keys they see; the old replicas shrink
+// theirs to a share at four rather than release them (credit_shrink.go),
+// and go on deciding locally, where before each of their requests of a
+// key a newcomer had touched was a round trip until the window ended.
+// Nothing is denied, no window is over its limit.
+func TestRealtimeScaleOutKeepsShares(t *testing.T) {
+	rtSkipShort(t)
+	t.Parallel()
+	srv := redistest.Start(t)
+	rule := rtPer(1000, rtPeriod)
+	keys := rtKeys(rule, 300)
+	g := rtGroupStart(t, srv.Addr, "realtime-scale-shrink", 2)
+	w := rule.Windows[0]
+	time.Sleep(time.Until(rtShareWindow(t, g, w.Period, 8*time.Second)))
+	g.add()
+	g.add()
+	time.Sleep(1500 * time.Millisecond) // the old replicas hear of the new ones
+	start := time.Now()
+	end := start.Add(4 * time.Second)
+	if end.Truncate(w.Period) != start.Truncate(w.Period) {
+		t.Skipf("the run would cross into the next window (%v in): a slow start", start.Sub(start.Truncate(w.Period)))
+	}
+	calls := g.run(rtTraffic{rule: rule, keys: keys, rate: 600, callers: 16}, start, end)
+	rtErrors(t, calls)
+	var onOld, oldLocal, onNew, newLocal, denied int
+	for _, c := range calls {
+		if !c.ok {
+			denied++
+		}
+		local := c.mode == limiter.ModeLocal
+		if c.replica < 2 {
+			onOld++
+			if local {
+				oldLocal++
+			}
+		} else {
+			onNew++
+			if local {
+				newLocal++
+			}
+		}
+	}
+	t.Logf("%d decisions, %d denied; on the old replicas %d, %d local; on the new ones %d, %d local; modes %v",
+		len(calls), denied, onOld, oldLocal, onNew, newLocal, rtModes(calls))
+	g.logStats(t)
+	if denied > 0 {
+		t.Errorf("%d decisions of keys far below their limit denied", denied)
+	}
+	// The old replicas hold shares throughout; releasing them made most
+	// of their decisions rounds.
+	if oldLocal*10 < onOld*9 {
+		t.Errorf("%d of the old replicas' %d decisions local, want 90 %% or more", oldLocal, onOld)
+	}
+	rtAssertWithin(t, calls, int(w.Limit), w.Period, start.UnixNano()/int64(w.Period), (end.UnixNano()-1)/int64(w.Period)+1)
+}
