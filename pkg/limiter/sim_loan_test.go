@@ -65,6 +65,16 @@ func askKeys(rule *limiter.Rule, keys int, ls ...*limiter.Limiter) (denied, loca
 	return d.Load(), l.Load()
 }
 
+// askCounted is askKeys of 500 keys of 100 a minute that also counts the
+// key syncs st saw meanwhile; st counts no more after it.
+func askCounted(st *itemCounter, ls ...*limiter.Limiter) (denied, local, syncs int64) {
+	items0 := st.items.Load()
+	denied, local = askKeys(perMinute(100), 500, ls...)
+	syncs = st.items.Load() - items0
+	st.closed.Store(true)
+	return denied, local, syncs
+}
+
 // TestSimLoanAfterRollingUpdate: a replica that joins in the middle of a
 // window holds no share of it. Without a loan every request of a key far
 // below its limit cost it a round until the next window it is a sharer
@@ -77,11 +87,7 @@ func TestSimLoanAfterRollingUpdate(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		st := &itemCounter{Store: memstore.New(nil)}
 		_, c := rollOver(t, st)
-		rule := perMinute(100)
-		items0 := st.items.Load()
-		denied, local := askKeys(rule, 500, c)
-		syncs := st.items.Load() - items0
-		st.closed.Store(true)
+		denied, local, syncs := askCounted(st, c)
 		t.Logf("2000 decisions on the new replica: %d denied, %d local, %d key syncs; %v", denied, local, syncs, c.Stats().Decisions)
 		if denied > 0 {
 			t.Errorf("%d requests of keys far below their limit denied", denied)

@@ -40,11 +40,7 @@ func TestSimScaleOutKeepsShares(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		st := &itemCounter{Store: memstore.New(nil)}
 		ls := scaleOut(t, st)
-		rule := perMinute(100)
-		items0 := st.items.Load()
-		denied, local := askKeys(rule, 500, ls...)
-		syncs := st.items.Load() - items0
-		st.closed.Store(true)
+		denied, local, syncs := askCounted(st, ls...)
 		t.Logf("8 000 decisions: %d denied, %d local, %d key syncs; old: %v, %v; new: %v, %v", denied, local, syncs,
 			ls[0].Stats().Decisions, ls[1].Stats().Decisions, ls[2].Stats().Decisions, ls[3].Stats().Decisions)
 		if denied > 0 {

@@ -8,6 +8,33 @@ import (
 	"github.com/ratelimit-svc/ratelimit-svc/pkg/limiter"
 )
 
+// rtMidWindow starts two replicas sharing 300 keys of 1 000 per rtPeriod
+// against a new redis-server, and returns once they hold shares of a
+// window, 8 s into it.
+func rtMidWindow(t *testing.T, name string) (*rtGroup, *limiter.Rule, [][]byte) {
+	rtSkipShort(t)
+	t.Parallel()
+	srv := redistest.Start(t)
+	rule := rtPer(1000, rtPeriod)
+	keys := rtKeys(rule, 300)
+	g := rtGroupStart(t, srv.Addr, name, 2)
+	time.Sleep(time.Until(rtShareWindow(t, g, rule.Windows[0].Period, 8*time.Second)))
+	return g, rule, keys
+}
+
+// rtRunInWindow sends 600 requests a second over keys for 4 s, within the
+// window under way (or skips t).
+func rtRunInWindow(t *testing.T, g *rtGroup, rule *limiter.Rule, keys [][]byte) (calls []rtCall, start, end time.Time) {
+	start = time.Now()
+	end = start.Add(4 * time.Second)
+	if p := rule.Windows[0].Period; end.Truncate(p) != start.Truncate(p) {
+		t.Skipf("the run would cross into the next window (%v in): a slow start", start.Sub(start.Truncate(p)))
+	}
+	calls = g.run(rtTraffic{rule: rule, keys: keys, rate: 600, callers: 16}, start, end)
+	rtErrors(t, calls)
+	return calls, start, end
+}
+
 // TestRealtimeLoanAfterRollingUpdate: two replicas share 300 keys of
 // 1 000 per rtPeriod against a redis-server; in the middle of a window
 // they hold shares of, a third replica starts and the first stops, as a
@@ -17,27 +44,15 @@ import (
 // without loans each was a round trip. Nothing is denied, no window is
 // over its limit.
 func TestRealtimeLoanAfterRollingUpdate(t *testing.T) {
-	rtSkipShort(t)
-	t.Parallel()
-	srv := redistest.Start(t)
-	rule := rtPer(1000, rtPeriod)
-	keys := rtKeys(rule, 300)
-	g := rtGroupStart(t, srv.Addr, "realtime-loan", 2)
+	g, rule, keys := rtMidWindow(t, "realtime-loan")
 	w := rule.Windows[0]
-	time.Sleep(time.Until(rtShareWindow(t, g, w.Period, 8*time.Second)))
 	g.add()
 	g.mu.Lock()
 	old := g.all[0]
 	g.mu.Unlock()
 	g.retire(old)
 	time.Sleep(1500 * time.Millisecond) // the new replica hears the old one gone
-	start := time.Now()
-	end := start.Add(4 * time.Second)
-	if end.Truncate(w.Period) != start.Truncate(w.Period) {
-		t.Skipf("the run would cross into the next window (%v in): a slow start", start.Sub(start.Truncate(w.Period)))
-	}
-	calls := g.run(rtTraffic{rule: rule, keys: keys, rate: 600, callers: 16}, start, end)
-	rtErrors(t, calls)
+	calls, start, end := rtRunInWindow(t, g, rule, keys)
 	var onNew, local, denied int
 	for _, c := range calls {
 		if !c.ok {
@@ -72,24 +87,12 @@ func TestRealtimeLoanAfterRollingUpdate(t *testing.T) {
 // key a newcomer had touched was a round trip until the window ended.
 // Nothing is denied, no window is over its limit.
 func TestRealtimeScaleOutKeepsShares(t *testing.T) {
-	rtSkipShort(t)
-	t.Parallel()
-	srv := redistest.Start(t)
-	rule := rtPer(1000, rtPeriod)
-	keys := rtKeys(rule, 300)
-	g := rtGroupStart(t, srv.Addr, "realtime-scale-shrink", 2)
+	g, rule, keys := rtMidWindow(t, "realtime-scale-shrink")
 	w := rule.Windows[0]
-	time.Sleep(time.Until(rtShareWindow(t, g, w.Period, 8*time.Second)))
 	g.add()
 	g.add()
 	time.Sleep(1500 * time.Millisecond) // the old replicas hear of the new ones
-	start := time.Now()
-	end := start.Add(4 * time.Second)
-	if end.Truncate(w.Period) != start.Truncate(w.Period) {
-		t.Skipf("the run would cross into the next window (%v in): a slow start", start.Sub(start.Truncate(w.Period)))
-	}
-	calls := g.run(rtTraffic{rule: rule, keys: keys, rate: 600, callers: 16}, start, end)
-	rtErrors(t, calls)
+	calls, start, end := rtRunInWindow(t, g, rule, keys)
 	var onOld, oldLocal, onNew, newLocal, denied int
 	for _, c := range calls {
 		if !c.ok {
@@ -110,6 +113,14 @@ func TestRealtimeScaleOutKeepsShares(t *testing.T) {
 	}
 	t.Logf("%d decisions, %d denied; on the old replicas %d, %d local; on the new ones %d, %d local; modes %v",
 		len(calls), denied, onOld, oldLocal, onNew, newLocal, rtModes(calls))
+	var cold []rtCall
+	for _, c := range calls {
+		if c.replica >= 2 && c.mode != limiter.ModeLocal {
+			cold = append(cold, c)
+		}
+	}
+	lat, _ := rtLatencies(cold)
+	t.Logf("the newcomers' decisions that waited for a round: %s", lat)
 	g.logStats(t)
 	if denied > 0 {
 		t.Errorf("%d decisions of keys far below their limit denied", denied)
