@@ -361,28 +361,21 @@ func (e *engine) localOf(storeUs int64) int64 { return (storeUs - e.offset.Load(
 
 // initShare sets up the share state of a new key, contended already if
 // the key is.
-func initShare(sh *shareState, x contention) {
-	sh.released = x.released // a bare release of this epoch went out
-	if x.shrunk > 0 && x.released < x.epoch {
-		// A bare shrink of this epoch went out: the share, reckoned
-		// at the next spend, is shrunk as the store counts it.
-		sh.epoch, sh.recheck = x.epoch, 1
-		sh.setShrinkN(x.shrunk)
-	}
-}
-
-// contendedOf is a copy of key's contention entry (zero: none). It takes
-// contMu: not to be called under a table entry's lock.
-func (e *engine) contendedOf(key []byte) contention {
+func (e *engine) initShare(sh *shareState, key string) {
 	if e.contN.Load() == 0 {
-		return contention{}
+		return
 	}
 	e.contMu.Lock()
-	defer e.contMu.Unlock()
-	if x := e.contended[string(key)]; x != nil {
-		return *x
+	if x := e.contended[key]; x != nil {
+		sh.released = x.released // a bare release of this epoch went out
+		if x.shrunk > 0 && x.released < x.epoch {
+			// A bare shrink of this epoch went out: the share, reckoned
+			// at the next spend, is shrunk as the store counts it.
+			sh.epoch, sh.recheck = x.epoch, 1
+			sh.setShrinkN(x.shrunk)
+		}
 	}
-	return contention{}
+	e.contMu.Unlock()
 }
 
 // awaitFounders waits, for a request on a key of a founding epoch whose

@@ -222,12 +222,9 @@ func WithStore(store Store, replica string) Option {
 func (e *engine) creditFor(key []byte, rule *Rule, now int64) *creditState {
 	ent := e.keys.get(key)
 	if ent == nil || ent.cs.Load() == nil {
-		// Read before the entry's lock: releases holds contMu while it
-		// reads the table.
-		pre := e.contendedOf(key)
 		ent = e.keys.lock(key, rule, true)
 		if ent.cs.Load() == nil {
-			cs := e.newCreditWith(ent.key, rule, now, pre)
+			cs := e.newCredit(ent.key, rule, now)
 			cs.ent = ent
 			ent.cs.Store(cs)
 			if cs.share == nil {
@@ -253,17 +250,12 @@ func (e *engine) creditFor(key []byte, rule *Rule, now int64) *creditState {
 // key's first request waits for a round, which charges it
 // (credit_probe.go).
 func (e *engine) newCredit(key string, rule *Rule, now int64) *creditState {
-	return e.newCreditWith(key, rule, now, e.contendedOf([]byte(key)))
-}
-
-// newCreditWith is newCredit with the key's contention read before (pre).
-func (e *engine) newCreditWith(key string, rule *Rule, now int64, pre contention) *creditState {
 	var cs *creditState
 	if shareable(rule) {
 		x := new(sharedCredit) // one object for the garbage collector, not two
 		cs = &x.creditState
 		cs.share = &x.share
-		initShare(cs.share, pre)
+		e.initShare(cs.share, key)
 	} else {
 		cs = new(creditState)
 	}
