@@ -229,17 +229,22 @@ func (t *table) sweep(now int64) int {
 }
 
 // sweep removes the shard's fresh keys, publishing a read map without
-// them, and returns how many it removed.
+// them, and returns how many it removed. A key whose entry is locked
+// meanwhile is left for the next sweep.
 func (s *shard) sweep(now int64) int {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	read := *s.read.Load()
 	removed := 0
 	mark := func(e *entry) {
-		if e.fresh.Load() > now {
+		// An entry whose lock is held is in use, not swept this time.
+		// The sweep holds the shard's lock and must not wait for an
+		// entry's: a key being made holds its entry's lock while it
+		// reads the contended keys, and releases holds those while it
+		// looks keys up, which takes the shard's lock.
+		if e.fresh.Load() > now || !e.mu.TryLock() {
 			return
 		}
-		e.mu.Lock()
 		if cs := e.cs.Load(); cs != nil {
 			if used, until := cs.stillUsed(now); used {
 				e.fresh.Store(until)

@@ -1,0 +1,97 @@
+package limiter
+
+import (
+	"strconv"
+	"sync"
+	"testing"
+	"time"
+)
+
+// deadlockWait is how long a test waits for work that finishes in
+// microseconds unless it waits on a lock that is never released.
+const deadlockWait = 20 * time.Second
+
+// TestSweepPassesLockedEntry: a sweep does not wait for an entry whose
+// lock is held (as a key being made holds it while it reads the
+// contended keys) and leaves it in the table.
+func TestSweepPassesLockedEntry(t *testing.T) {
+	tb := newTable()
+	rule := &Rule{Windows: []Window{{Limit: 1, Period: 1}}}
+	held := tb.lock([]byte("held"), rule, true) // fresh 0: due for the sweep
+	other := tb.lock([]byte("other"), rule, true)
+	other.mu.Unlock()
+	done := make(chan int)
+	go func() { done <- tb.sweep(1) }()
+	select {
+	case n := <-done:
+		if n != 1 {
+			t.Fatalf("swept %d keys, want 1 (the unlocked one)", n)
+		}
+	case <-time.After(deadlockWait):
+		t.Fatal("the sweep waits for a locked entry")
+	}
+	held.mu.Unlock()
+	if tb.get([]byte("held")) == nil {
+		t.Fatal("the locked entry was swept")
+	}
+}
+
+// TestNewKeysBesideReleasesAndSweeps makes keys while releases walks
+// many contended keys and sweeps run: a key being made holds its entry's
+// lock and takes the contended keys' lock, releases holds that lock
+// while it looks keys up (the shard's lock), and a sweep holding a
+// shard's lock once waited for an entry's, which hung the three.
+func TestNewKeysBesideReleasesAndSweeps(t *testing.T) {
+	l := New(WithStore(nopStore{}, "r"))
+	const sec = int64(time.Second / time.Microsecond)
+	snow := 1_000_000*sec + sec/2
+	now := snow * 1000
+	l.eng.joined.Store(1)
+	two := Membership{Members: []Member{{Joined: 1, Expires: 2 * snow}, {Joined: 1, Expires: 2 * snow}}}
+	l.eng.members.Store(&memberView{m: two, at: now})
+	rule := &Rule{Algorithm: FixedWindow, Windows: []Window{{Limit: 10, Period: time.Second}}}
+	const keys = 2000
+	cs := make([]Contended, keys)
+	for i := range cs {
+		cs[i] = Contended{Key: "k" + strconv.Itoa(i), Windows: rule.Windows, Replica: "other", At: snow, Shrink: 3}
+	}
+	l.eng.contendAll(cs)
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		for {
+			select {
+			case <-stop:
+				return
+			default:
+				l.eng.releases(now)
+			}
+		}
+	})
+	wg.Go(func() {
+		for {
+			select {
+			case <-stop:
+				return
+			default:
+				l.keys.sweep(now + 3*int64(time.Second))
+			}
+		}
+	})
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for round := range 20 {
+			for i := range keys {
+				l.eng.creditFor([]byte("k"+strconv.Itoa(i)), rule, now+int64(round))
+			}
+		}
+	}()
+	select {
+	case <-done:
+	case <-time.After(deadlockWait):
+		t.Fatal("making keys hangs beside releases and sweeps")
+	}
+	close(stop)
+	wg.Wait()
+}
