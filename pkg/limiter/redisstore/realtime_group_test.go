@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -457,4 +458,35 @@ func rtStallNear(s *rtStalls, c rtCall, before time.Duration) time.Duration {
 		}
 	}
 	return longest
+}
+
+// rtFoundingSpan is the limiter's foundingSpan: replicas that join
+// within it of the first are the founders of the windows under way.
+const rtFoundingSpan = 100 * time.Millisecond
+
+// joinSpread is how far apart the group's replicas joined the registry
+// (their joined instants, store clock).
+func (g *rtGroup) joinSpread() time.Duration {
+	g.t.Helper()
+	probe := redis.NewClient(&redis.Options{Addr: g.addr})
+	defer probe.Close()
+	joined, err := probe.HGetAll(context.Background(), redisstore.New(probe, g.service).JoinedKey()).Result()
+	if err != nil {
+		g.t.Fatal(err)
+	}
+	var lo, hi int64
+	for f, v := range joined {
+		if !strings.HasPrefix(f, "j:") {
+			continue
+		}
+		us, err := strconv.ParseInt(v, 10, 64)
+		if err != nil {
+			g.t.Fatalf("joined instant %s=%q: %v", f, v, err)
+		}
+		if lo == 0 || us < lo {
+			lo = us
+		}
+		hi = max(hi, us)
+	}
+	return time.Duration(hi-lo) * time.Microsecond
 }
