@@ -30,9 +30,17 @@ import (
 // epoch (or the keys it holds, WithMaxKeys, if fewer). A scale-out's
 // newcomers publish every key they see in the epoch, and a key beyond
 // the bound is neither shrunk nor released, its newcomers' requests
-// denied: 4 096 did that to a scale-out over 5 000 keys. Every tick
-// walks them all (releases), so the bound also bounds that walk.
-const maxContended = 1 << 16
+// denied: 4 096 did that to a scale-out over 5 000 keys. A tick visits
+// only the entries read since the last (contDue); all of them are walked
+// once a second or when the registry changes (contWalkEvery).
+const maxContended = 1 << 20
+
+// contWalkEvery is how often releases walks every contended key, apart
+// from a new copy of the registry or replica count, which makes it walk
+// them at once: what it could not do for a key (no copy of the registry
+// to count the sharers from) is done then, and the keys of epochs over
+// are forgotten.
+const contWalkEvery = time.Second
 
 // contention is a key another replica needs the shares of in an epoch.
 type contention struct {
@@ -48,6 +56,48 @@ type contention struct {
 	// shrunk is the live count this replica shrank its share of epoch
 	// to, by an item of its own, for a key it does not hold; zero: none.
 	shrunk int
+	queued bool // in contDue
+}
+
+// contWork is the engine's walk of the contended keys (contMu guards it):
+// the keys read since the last tick, and what the last walk of all of
+// them saw.
+type contWork struct {
+	due      []string // keys whose entries changed since the last tick
+	view     *memberView
+	replicas int64
+	walked   int64 // local ns of the last walk of every entry
+	visits   int64 // entries visited, all ticks (tests)
+	rules    map[contRule]*Rule
+}
+
+// contRule identifies a published rule: one fixed window.
+type contRule struct {
+	limit  uint64
+	period time.Duration
+}
+
+// queue puts key's entry x in the next tick's walk. e.contMu must be held.
+func (e *engine) queue(key string, x *contention) {
+	if !x.queued {
+		x.queued = true
+		e.work.due = append(e.work.due, key)
+	}
+}
+
+// contRuleOf is the one Rule of the published fixed window w, shared by
+// every entry of it. e.contMu must be held.
+func (e *engine) contRuleOf(w Window) *Rule {
+	k := contRule{w.Limit, w.Period}
+	if r := e.work.rules[k]; r != nil {
+		return r
+	}
+	if e.work.rules == nil || len(e.work.rules) >= maxRuleWindows {
+		e.work.rules = make(map[contRule]*Rule)
+	}
+	r := &Rule{Algorithm: FixedWindow, Windows: []Window{w}}
+	e.work.rules[k] = r
+	return r
 }
 
 // readContention reads the keys published since the last read; this
@@ -123,10 +173,11 @@ func (e *engine) contend(c Contended, epoch int64, shrink int) {
 		if len(e.contended) >= maxContended || int64(len(e.contended)) >= e.keys.max {
 			return
 		}
-		x = &contention{rule: &Rule{Algorithm: c.Algorithm, Windows: c.Windows}}
+		x = &contention{rule: e.contRuleOf(c.Windows[0])}
 		e.contended[c.Key] = x
 		e.contN.Store(int64(len(e.contended)))
 	}
+	e.queue(c.Key, x)
 	switch {
 	case epoch > x.epoch:
 		x.epoch, x.shrink, x.plain, x.shrunk = epoch, 0, false, 0
@@ -149,58 +200,86 @@ func (e *engine) contend(c Contended, epoch int64, shrink int) {
 // share at the live count (credit_shrink.go); and to hand back its
 // unused credit once for each time the key is read. It returns the
 // release and shrink items of the contended keys it does not hold. Keys
-// are forgotten once that epoch is over.
+// are forgotten once that epoch is over. A tick visits the keys read
+// since the last; a new copy of the registry or a second gone makes it
+// visit them all.
 func (e *engine) releases(now int64) []SyncItem {
 	e.contMu.Lock()
 	defer e.contMu.Unlock()
 	if len(e.contended) == 0 {
+		e.work.due = e.work.due[:0]
 		return nil
 	}
 	snow := e.storeNow(now)
 	var items []SyncItem
-	for key, x := range e.contended {
-		p := int64(x.rule.Windows[0].Period / time.Microsecond)
-		epoch := snow / p
-		if epoch != x.epoch {
-			if epoch > x.epoch {
-				delete(e.contended, key)
-				e.contN.Store(int64(len(e.contended)))
-			}
-			continue
-		}
-		if x.released == epoch {
-			continue
-		}
-		n := max(int(e.replicas.Load()), x.shrink)
-		sharer := e.sharers(epoch*p, p, now) != 0
-		if ent := e.keys.get([]byte(key)); ent != nil {
-			if cs := ent.cs.Load(); cs != nil && cs.share != nil && (sharer || cs.share.lentOf(epoch)) {
-				var asked bool
-				switch {
-				case x.plain:
-					asked = cs.share.askRelease(epoch)
-				case x.shrink > 0 && sharer:
-					asked = e.askShrink(cs, epoch, n, x.fresh, now)
-				}
-				if x.fresh && cs.credit.Load() > 0 {
-					cs.yield.Store(true) // hand back the unused credit too
-					asked = true
-				}
-				if asked {
-					e.enqueue(cs)
-				}
-				x.fresh = false
-				continue
-			}
-		}
-		if !sharer {
-			continue // no share or loan of this epoch to release
-		}
-		if it, ok := e.bareItem(key, x, epoch, p, n, snow, now); ok {
+	visit := func(key string, x *contention) {
+		x.queued = false
+		e.work.visits++
+		if it, ok := e.releaseOne(key, x, snow, now); ok {
 			items = append(items, it)
 		}
 	}
+	if w := &e.work; w.view != e.members.Load() || w.replicas != e.replicas.Load() || now-w.walked >= int64(contWalkEvery) {
+		w.view, w.replicas, w.walked = e.members.Load(), e.replicas.Load(), now
+		for key, x := range e.contended {
+			visit(key, x)
+		}
+		w.due = w.due[:0]
+		return items
+	}
+	due := e.work.due
+	e.work.due = nil
+	for _, key := range due {
+		if x := e.contended[key]; x != nil && x.queued {
+			visit(key, x)
+		}
+	}
+	e.work.due = due[:0]
 	return items
+}
+
+// releaseOne does for the contended key x what releases says, and
+// returns the item to send for a key this replica does not hold, if one.
+// e.contMu must be held.
+func (e *engine) releaseOne(key string, x *contention, snow, now int64) (SyncItem, bool) {
+	p := int64(x.rule.Windows[0].Period / time.Microsecond)
+	epoch := snow / p
+	if epoch != x.epoch {
+		if epoch > x.epoch {
+			delete(e.contended, key)
+			e.contN.Store(int64(len(e.contended)))
+		}
+		return SyncItem{}, false
+	}
+	if x.released == epoch {
+		return SyncItem{}, false
+	}
+	n := max(int(e.replicas.Load()), x.shrink)
+	sharer := e.sharers(epoch*p, p, now) != 0
+	if ent := e.keys.get([]byte(key)); ent != nil {
+		if cs := ent.cs.Load(); cs != nil && cs.share != nil && (sharer || cs.share.lentOf(epoch)) {
+			var asked bool
+			switch {
+			case x.plain:
+				asked = cs.share.askRelease(epoch)
+			case x.shrink > 0 && sharer:
+				asked = e.askShrink(cs, epoch, n, x.fresh, now)
+			}
+			if x.fresh && cs.credit.Load() > 0 {
+				cs.yield.Store(true) // hand back the unused credit too
+				asked = true
+			}
+			if asked {
+				e.enqueue(cs)
+			}
+			x.fresh = false
+			return SyncItem{}, false
+		}
+	}
+	if !sharer {
+		return SyncItem{}, false // no share or loan of this epoch to release
+	}
+	return e.bareItem(key, x, epoch, p, n, snow, now)
 }
 
 // bareItem is the release or the shrink of the share of epoch of a
@@ -236,6 +315,7 @@ func (e *engine) unrelease(items []SyncItem) {
 	defer e.contMu.Unlock()
 	for _, it := range items {
 		if x := e.contended[it.Key]; x != nil {
+			e.queue(it.Key, x) // sent again at the next tick
 			if it.Release != 0 {
 				x.released = 0
 			}

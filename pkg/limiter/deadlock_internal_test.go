@@ -95,3 +95,52 @@ func TestNewKeysBesideReleasesAndSweeps(t *testing.T) {
 	close(stop)
 	wg.Wait()
 }
+
+// TestReleasesVisitsOnlyDue: a tick visits the contended keys read since
+// the last, not every key of the epoch (a scale-out publishes every key
+// its newcomers see, and the walk of them all every 10 ms took a core);
+// a new copy of the registry makes it visit them all once.
+func TestReleasesVisitsOnlyDue(t *testing.T) {
+	l := New(WithStore(nopStore{}, "r"))
+	const sec = int64(time.Second / time.Microsecond)
+	snow := 1_000_000*sec*60 + sec/2
+	now := snow * 1000
+	l.eng.joined.Store(1)
+	two := Membership{Members: []Member{{Joined: 1, Expires: 2 * snow}, {Joined: 1, Expires: 2 * snow}}, Now: snow}
+	l.eng.members.Store(&memberView{m: two, at: now})
+	rule := &Rule{Algorithm: FixedWindow, Windows: []Window{{Limit: 100, Period: time.Minute}}}
+	const keys = 10000
+	publish := func(from, to int) {
+		cs := make([]Contended, 0, to-from)
+		for i := from; i < to; i++ {
+			cs = append(cs, Contended{Key: "k" + strconv.Itoa(i), Windows: rule.Windows, Replica: "other", At: snow, Shrink: 3})
+		}
+		l.eng.contendAll(cs)
+	}
+	visits := func(at int64) int64 {
+		before := l.eng.work.visits
+		l.eng.releases(at)
+		return l.eng.work.visits - before
+	}
+	publish(0, keys)
+	if got := visits(now); got != keys {
+		t.Fatalf("first tick visited %d entries, want %d", got, keys)
+	}
+	if got := visits(now + int64(tick)); got != 0 {
+		t.Fatalf("a tick with nothing read visited %d entries, want 0", got)
+	}
+	publish(5, 8)
+	if got := visits(now + 2*int64(tick)); got != 3 {
+		t.Fatalf("a tick after 3 keys were read visited %d entries, want 3", got)
+	}
+	l.eng.members.Store(&memberView{m: two, at: now + 3*int64(tick)})
+	if got := visits(now + 3*int64(tick)); got != keys {
+		t.Fatalf("a tick after a new copy of the registry visited %d entries, want %d", got, keys)
+	}
+	if got := visits(now + 3*int64(tick) + int64(contWalkEvery)); got != keys {
+		t.Fatalf("a tick a second after the last walk visited %d entries, want %d", got, keys)
+	}
+	if got := visits(now + int64(time.Minute)); got != keys || l.eng.contN.Load() != 0 {
+		t.Fatalf("after the epoch: visited %d, %d entries left, want every one visited and forgotten", got, l.eng.contN.Load())
+	}
+}

@@ -124,6 +124,7 @@ type engine struct {
 	contMu    sync.Mutex
 	contended map[string]*contention // keys other replicas need the shares of
 	contN     atomic.Int64           // len(contended), read without contMu by new keys
+	work      contWork               // the walk of contended; guarded by contMu
 	// windows holds each rule's windows in the store's unit (storeWindows),
 	// shared by the rule's keys; cleared when it holds maxRuleWindows.
 	windows    sync.Map // *Rule → []Window
