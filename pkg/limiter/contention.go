@@ -154,24 +154,33 @@ func (e *engine) followFeed(ctx context.Context, fw FeedWaiter) {
 // the new window to the store.
 func (e *engine) contendAll(cs []Contended) {
 	snow := e.storeNow(e.now())
+	shrink := false
 	for _, c := range cs {
 		if len(c.Windows) == 1 && c.Algorithm == FixedWindow && c.Windows[0].Period >= time.Microsecond {
 			at := snow
 			if c.At > 0 {
 				at = c.At
 			}
-			e.contend(c, at/int64(c.Windows[0].Period/time.Microsecond), c.Shrink)
+			shrink = e.contend(c, at/int64(c.Windows[0].Period/time.Microsecond), c.Shrink) || shrink
 		}
+	}
+	if shrink {
+		// A newcomer's requests wait for the shrink: the round that
+		// says it goes now, not at the next tick. A shrink publishes
+		// nothing, so rounds kicked so do not wake each other.
+		e.kick()
 	}
 }
 
-func (e *engine) contend(c Contended, epoch int64, shrink int) {
+// contend notes the publication c of epoch, and reports whether it asks
+// to shrink the shares to a smaller share than asked before.
+func (e *engine) contend(c Contended, epoch int64, shrink int) bool {
 	e.contMu.Lock()
 	defer e.contMu.Unlock()
 	x := e.contended[c.Key]
 	if x == nil {
 		if len(e.contended) >= maxContended || int64(len(e.contended)) >= e.keys.max {
-			return
+			return false
 		}
 		x = &contention{rule: e.contRuleOf(c.Windows[0])}
 		e.contended[c.Key] = x
@@ -183,14 +192,16 @@ func (e *engine) contend(c Contended, epoch int64, shrink int) {
 		x.epoch, x.shrink, x.plain, x.shrunk = epoch, 0, false, 0
 	case epoch < x.epoch:
 		x.fresh = true // its credit is handed back, not the shares of now
-		return
+		return false
 	}
 	x.fresh = true
-	if shrink > 0 {
-		x.shrink = max(x.shrink, shrink)
-	} else {
+	if shrink <= 0 {
 		x.plain = true
+		return false
 	}
+	more := shrink > x.shrink && !x.plain
+	x.shrink = max(x.shrink, shrink)
+	return more
 }
 
 // releases asks every contended key this replica holds to release its

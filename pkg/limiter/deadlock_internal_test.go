@@ -144,3 +144,40 @@ func TestReleasesVisitsOnlyDue(t *testing.T) {
 		t.Fatalf("after the epoch: visited %d, %d entries left, want every one visited and forgotten", got, l.eng.contN.Load())
 	}
 }
+
+// TestShrinkPublicationKicksARound: a publication asking to shrink the
+// shares to a smaller share than before wakes the sync loop, whose round
+// says the shrink a newcomer's requests wait for; a repeat, or a
+// publication to release (which a round of a waiting replica would make
+// again), does not.
+func TestShrinkPublicationKicksARound(t *testing.T) {
+	l := New(WithStore(nopStore{}, "r"))
+	const sec = int64(time.Second / time.Microsecond)
+	snow := 1_000_000*sec*60 + sec/2
+	rule := &Rule{Algorithm: FixedWindow, Windows: []Window{{Limit: 100, Period: time.Minute}}}
+	kicked := func() bool {
+		select {
+		case <-l.eng.kickCh:
+			return true
+		default:
+			return false
+		}
+	}
+	for _, tt := range []struct {
+		name   string
+		key    string
+		shrink int
+		want   bool
+	}{
+		{"a shrink", "a", 3, true},
+		{"the same shrink again", "a", 3, false},
+		{"a shrink to a smaller share", "a", 4, true},
+		{"a release", "b", 0, false},
+		{"a shrink of a key published to release", "b", 5, false},
+	} {
+		l.eng.contendAll([]Contended{{Key: tt.key, Windows: rule.Windows, Replica: "other", At: snow, Shrink: tt.shrink}})
+		if got := kicked(); got != tt.want {
+			t.Errorf("%s: kicked %v, want %v", tt.name, got, tt.want)
+		}
+	}
+}
