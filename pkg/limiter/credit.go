@@ -98,6 +98,11 @@ type creditLocked struct {
 	busy         bool // syncs every sync interval: a window is over half used, or requests wait
 	tight        bool // over half of a window is used or reserved: credit is held only to its end
 	refill       bool // a busy sliding-window key left without credit: due again when a unit frees
+	// heldWait: the last round found the budget held by other replicas'
+	// shares (SyncResult.Contended); its waiters wait for them to
+	// release or shrink, and the key is asked again at nextSync, not in
+	// every round other keys start meanwhile.
+	heldWait bool
 }
 
 // keyExtras is the part of a key's credit state few keys need, apart

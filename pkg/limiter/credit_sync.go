@@ -311,6 +311,7 @@ func (e *engine) apply(cs *creditState, r *SyncResult) {
 		interval = min(interval, max(cs.viewWait(snow, 1), tick))
 		e.enqueue(cs)
 	}
+	cs.heldWait = r.Contended
 	if r.Contended {
 		// Other replicas release their shares once they read the key
 		// published: ask again soon rather than deny on this view, and
@@ -321,7 +322,7 @@ func (e *engine) apply(cs *creditState, r *SyncResult) {
 			// the registry names it gone (SyncItem.Gone).
 			e.beatSoon.Store(true)
 		}
-		interval = min(interval, tick)
+		interval = min(interval, e.heldRetry())
 		cs.refill = true
 		e.enqueue(cs)
 	}
@@ -337,6 +338,15 @@ func (e *engine) apply(cs *creditState, r *SyncResult) {
 	if cs.kicked.Load() || len(cs.waiters) > 0 {
 		e.enqueue(cs) // asked again while the round was in flight
 	}
+}
+
+// heldRetry is how soon a key whose budget others hold is asked again:
+// the release or shrink it waits for takes the others a read of the feed
+// and a round, two round trips at least, and rounds other keys start
+// meanwhile would only find it held again (a newcomer asked 3 to 35
+// times a key). At least a millisecond, at most a tick.
+func (e *engine) heldRetry() time.Duration {
+	return min(max(2*time.Duration(e.roundTrip.Load()), time.Millisecond), tick)
 }
 
 // halfUsed reports whether over half of a window of the view is used,

@@ -42,8 +42,9 @@ func (e *engine) collectDue(now int64, full bool) []*creditState {
 		cs.mu.Lock()
 		switch {
 		case cs.inflight || cs.collected || !cs.needsSync():
-		case cs.refill && now < cs.nextSync && !cs.kicked.Load() && len(cs.waiters) == 0:
-			later = append(later, cs) // a refill, not due yet
+		case cs.refill && now < cs.nextSync && !cs.kicked.Load() && len(cs.waiters) == 0,
+			cs.heldWait && now < cs.nextSync:
+			later = append(later, cs) // a refill, or held elsewhere: not due yet
 		default:
 			cs.collected = true
 			due = append(due, cs)
