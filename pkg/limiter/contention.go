@@ -223,13 +223,25 @@ func (e *engine) releases(now int64) []SyncItem {
 	}
 	snow := e.storeNow(now)
 	var items []SyncItem
+	var ahead []string // published in an epoch this replica's clock has not reached
 	visit := func(key string, x *contention) {
 		x.queued = false
 		e.work.visits++
 		if it, ok := e.releaseOne(key, x, snow, now); ok {
 			items = append(items, it)
+		} else if snow/int64(x.rule.Windows[0].Period/time.Microsecond) < x.epoch {
+			ahead = append(ahead, key)
 		}
 	}
+	defer func() {
+		// Visited again at the next tick, as the epoch may have begun:
+		// a publication stamped by a clock a little ahead, just before
+		// a boundary, waited for the walk of every key a second later,
+		// its epoch over, and its waiters were denied.
+		for _, key := range ahead {
+			e.queue(key, e.contended[key])
+		}
+	}()
 	if w := &e.work; w.view != e.members.Load() || w.replicas != e.replicas.Load() || now-w.walked >= int64(contWalkEvery) {
 		w.view, w.replicas, w.walked = e.members.Load(), e.replicas.Load(), now
 		for key, x := range e.contended {

@@ -181,3 +181,29 @@ func TestShrinkPublicationKicksARound(t *testing.T) {
 		}
 	}
 }
+
+// TestReleaseOfAnEpochAhead: a key published with an instant of the next
+// epoch, by a clock a little ahead of this replica's, is visited at every
+// tick until that epoch begins here, and released then; it used to wait
+// for the walk of every key, a second later, when its epoch was over.
+func TestReleaseOfAnEpochAhead(t *testing.T) {
+	l := New(WithStore(nopStore{}, "r"))
+	const sec = int64(time.Second / time.Microsecond)
+	boundary := 1_000_000 * sec
+	snow := boundary - 2000 // 2 ms before a second ends (offset 0)
+	now := snow * 1000
+	l.eng.joined.Store(1)
+	two := Membership{Members: []Member{{Joined: 1, Expires: 2 * snow}, {Joined: 1, Expires: 2 * snow}}, Now: snow}
+	l.eng.members.Store(&memberView{m: two, at: now})
+	rule := &Rule{Algorithm: FixedWindow, Windows: []Window{{Limit: 10, Period: time.Second}}}
+	l.eng.contendAll([]Contended{{Key: "k", Windows: rule.Windows, Replica: "other", At: boundary + 1000}})
+	for _, at := range []int64{now, now + int64(time.Millisecond)} {
+		if items := l.eng.releases(at); len(items) != 0 {
+			t.Fatalf("released before the epoch began: %+v", items)
+		}
+	}
+	items := l.eng.releases(now + 3*int64(time.Millisecond))
+	if len(items) != 1 || items[0].Key != "k" || items[0].Release == 0 {
+		t.Fatalf("once the epoch began: items %+v, want the release of k", items)
+	}
+}
