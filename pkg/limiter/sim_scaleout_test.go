@@ -66,34 +66,14 @@ func TestSimScaleOutManyKeys(t *testing.T) {
 		st := memstore.New(nil)
 		ls := scaleOut(t, st)
 		rule := perMinute(100)
-		const keys, workers = 5000, 100
-		var denied, local atomic.Int64
-		var wg sync.WaitGroup
-		for _, l := range ls[2:] {
-			for w := range workers {
-				wg.Go(func() {
-					out := make([]limiter.Result, 1)
-					for k := w; k < keys; k += workers {
-						key := []byte(fmt.Sprintf("user=%d|%s", k, rule.Fingerprint()))
-						if ok, err := l.Decide([]limiter.Request{{Key: key, Rule: rule}}, out); err != nil || !ok {
-							denied.Add(1)
-						}
-						if ok, err := l.Decide([]limiter.Request{{Key: key, Rule: rule}}, out); err != nil || !ok {
-							denied.Add(1)
-						} else if out[0].Mode == limiter.ModeLocal {
-							local.Add(1)
-						}
-					}
-				})
-			}
+		const keys = 5000
+		denied, local := askNewcomers(ls[2:], rule, keys, 100, 2)
+		t.Logf("20 000 decisions on the newcomers: %d denied, %d of the second requests local", denied, local)
+		if denied > 0 {
+			t.Errorf("%d requests of keys far below their limit denied", denied)
 		}
-		wg.Wait()
-		t.Logf("20 000 decisions on the newcomers: %d denied, %d of the second requests local", denied.Load(), local.Load())
-		if denied.Load() > 0 {
-			t.Errorf("%d requests of keys far below their limit denied", denied.Load())
-		}
-		if local.Load() < 2*keys*9/10 {
-			t.Errorf("%d of 10 000 second requests local, want nearly all: the first borrowed a share", local.Load())
+		if local < 2*keys*9/10 {
+			t.Errorf("%d of 10 000 second requests local, want nearly all: the first borrowed a share", local)
 		}
 	})
 }
@@ -127,30 +107,44 @@ func TestSimScaleOutBorrowsFew(t *testing.T) {
 		ls := scaleOut(t, st)
 		st.borrows.Store(0)
 		rule := perMinute(100)
-		const keys, workers = 2000, 50
-		var denied atomic.Int64
-		var wg sync.WaitGroup
-		for _, l := range ls[2:] {
-			for w := range workers {
-				wg.Go(func() {
-					out := make([]limiter.Result, 1)
-					for k := w; k < keys; k += workers {
-						key := []byte(fmt.Sprintf("user=%d|%s", k, rule.Fingerprint()))
-						if ok, err := l.Decide([]limiter.Request{{Key: key, Rule: rule}}, out); err != nil || !ok {
-							denied.Add(1)
-						}
-					}
-				})
-			}
-		}
-		wg.Wait()
+		const keys = 2000
+		denied, _ := askNewcomers(ls[2:], rule, keys, 50, 1)
 		per := float64(st.borrows.Load()) / (2 * keys)
-		t.Logf("%d borrow items for %d first requests (%.2f each), %d denied", st.borrows.Load(), 2*keys, per, denied.Load())
-		if denied.Load() > 0 {
-			t.Errorf("%d requests of keys far below their limit denied", denied.Load())
+		t.Logf("%d borrow items for %d first requests (%.2f each), %d denied", st.borrows.Load(), 2*keys, per, denied)
+		if denied > 0 {
+			t.Errorf("%d requests of keys far below their limit denied", denied)
 		}
 		if per > 2.5 {
 			t.Errorf("%.2f borrow items a newcomer's first request, want at most 2.5", per)
 		}
 	})
+}
+
+// askNewcomers asks each of ls for keys keys of rule, times times each,
+// from workers callers per replica, and returns how many requests were
+// denied and how many after a key's first were decided locally.
+func askNewcomers(ls []*limiter.Limiter, rule *limiter.Rule, keys, workers, times int) (denied, local int) {
+	var d, loc atomic.Int64
+	var wg sync.WaitGroup
+	for _, l := range ls {
+		for w := range workers {
+			wg.Go(func() {
+				out := make([]limiter.Result, 1)
+				for k := w; k < keys; k += workers {
+					key := []byte(fmt.Sprintf("user=%d|%s", k, rule.Fingerprint()))
+					for i := range times {
+						ok, err := l.Decide([]limiter.Request{{Key: key, Rule: rule}}, out)
+						switch {
+						case err != nil || !ok:
+							d.Add(1)
+						case i > 0 && out[0].Mode == limiter.ModeLocal:
+							loc.Add(1)
+						}
+					}
+				}
+			})
+		}
+	}
+	wg.Wait()
+	return int(d.Load()), int(loc.Load())
 }

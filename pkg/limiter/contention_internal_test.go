@@ -1,3 +1,5 @@
+// Tests of the contended keys' walk and of the locks it shares with new keys and the sweep.
+
 package limiter
 
 import (
@@ -58,26 +60,18 @@ func TestNewKeysBesideReleasesAndSweeps(t *testing.T) {
 	l.eng.contendAll(cs)
 	stop := make(chan struct{})
 	var wg sync.WaitGroup
-	wg.Go(func() {
+	loop := func(fn func()) {
 		for {
 			select {
 			case <-stop:
 				return
 			default:
-				l.eng.releases(now)
+				fn()
 			}
 		}
-	})
-	wg.Go(func() {
-		for {
-			select {
-			case <-stop:
-				return
-			default:
-				l.keys.sweep(now + 3*int64(time.Second))
-			}
-		}
-	})
+	}
+	wg.Go(func() { loop(func() { l.eng.releases(now) }) })
+	wg.Go(func() { loop(func() { l.keys.sweep(now + 3*int64(time.Second)) }) })
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
