@@ -227,9 +227,7 @@ func (e *engine) releases(now int64) []SyncItem {
 	visit := func(key string, x *contention) {
 		x.queued = false
 		e.work.visits++
-		if it, ok := e.releaseOne(key, x, snow, now); ok {
-			items = append(items, it)
-		} else if snow/int64(x.rule.Windows[0].Period/time.Microsecond) < x.epoch {
+		if !e.releaseOne(key, x, snow, now, &items) && snow/int64(x.rule.Windows[0].Period/time.Microsecond) < x.epoch {
 			ahead = append(ahead, key)
 		}
 	}
@@ -261,10 +259,10 @@ func (e *engine) releases(now int64) []SyncItem {
 	return items
 }
 
-// releaseOne does for the contended key x what releases says, and
-// returns the item to send for a key this replica does not hold, if one.
-// e.contMu must be held.
-func (e *engine) releaseOne(key string, x *contention, snow, now int64) (SyncItem, bool) {
+// releaseOne does for the contended key x what releases says, appends
+// to items the item to send for a key this replica does not hold, if
+// one, and reports whether it did. e.contMu must be held.
+func (e *engine) releaseOne(key string, x *contention, snow, now int64, items *[]SyncItem) bool {
 	p := int64(x.rule.Windows[0].Period / time.Microsecond)
 	epoch := snow / p
 	if epoch != x.epoch {
@@ -272,14 +270,16 @@ func (e *engine) releaseOne(key string, x *contention, snow, now int64) (SyncIte
 			delete(e.contended, key)
 			e.contN.Store(int64(len(e.contended)))
 		}
-		return SyncItem{}, false
-	}
-	if x.released == epoch {
-		return SyncItem{}, false
+		return false
 	}
 	n := max(int(e.replicas.Load()), x.shrink)
+	if x.released == epoch || !x.plain && !x.fresh && x.shrunk >= n {
+		// Released, or shrunk by an item of its own to n: a key made
+		// since started so (initShare).
+		return false
+	}
 	sharer := e.sharers(epoch*p, p, now) != 0
-	if ent := e.keys.get([]byte(key)); ent != nil {
+	if ent := e.keys.getString(key); ent != nil {
 		if cs := ent.cs.Load(); cs != nil && cs.share != nil && (sharer || cs.share.lentOf(epoch)) {
 			var asked bool
 			switch {
@@ -296,39 +296,42 @@ func (e *engine) releaseOne(key string, x *contention, snow, now int64) (SyncIte
 				e.enqueue(cs)
 			}
 			x.fresh = false
-			return SyncItem{}, false
+			return false
 		}
 	}
+	x.fresh = false // no credit to hand back: the key is not held
 	if !sharer {
-		return SyncItem{}, false // no share or loan of this epoch to release
+		return false // no share or loan of this epoch to release
 	}
-	return e.bareItem(key, x, epoch, p, n, snow, now)
+	return e.bareItem(key, x, epoch, p, n, snow, now, items)
 }
 
-// bareItem is the release or the shrink of the share of epoch of a
-// contended key x this replica, a sharer of the epoch, does not hold,
-// once: a release if published to release, a shrink to a share at the n
-// live if only to shrink and n is more than the epoch's sharers (or than
-// a shrink made before). e.contMu must be held.
-func (e *engine) bareItem(key string, x *contention, epoch, p int64, n int, snow, now int64) (SyncItem, bool) {
-	it := SyncItem{Key: key, Algorithm: x.rule.Algorithm, Windows: x.rule.Windows, Replicas: n, Lease: lease}
+// bareItem appends to items the release or the shrink of the share of
+// epoch of a contended key x this replica, a sharer of the epoch, does
+// not hold, once: a release if published to release, a shrink to a
+// share at the n live if only to shrink and n is more than the epoch's
+// sharers (or than a shrink made before); it reports whether it did.
+// e.contMu must be held.
+func (e *engine) bareItem(key string, x *contention, epoch, p int64, n int, snow, now int64, items *[]SyncItem) bool {
 	switch {
 	case x.plain:
 		x.released = epoch
-		it.Release = snow
-		return it, true
+		*items = append(*items, SyncItem{Key: key, Algorithm: x.rule.Algorithm, Windows: x.rule.Windows,
+			Replicas: n, Lease: lease, Release: snow})
+		return true
 	case x.shrink > 0 && n > x.shrunk:
 		mv := e.members.Load()
 		k := mv.sharers(epoch*p, p)
 		if k <= 0 || n <= k || !mv.fresh(now) {
-			return it, false
+			return false
 		}
 		x.shrunk = n
-		it.Shrink, it.ShareEpoch, it.Sharers, it.SharersNext = n, epoch, k, mv.sharers((epoch+1)*p, p)
-		it.Gone = mv.gone(epoch*p, p)
-		return it, true
+		*items = append(*items, SyncItem{Key: key, Algorithm: x.rule.Algorithm, Windows: x.rule.Windows,
+			Replicas: n, Lease: lease, Shrink: n, ShareEpoch: epoch, Sharers: k,
+			SharersNext: mv.sharers((epoch+1)*p, p), Gone: mv.gone(epoch*p, p)})
+		return true
 	}
-	return it, false
+	return false
 }
 
 // unrelease forgets the releases and shrinks of a failed round, to send

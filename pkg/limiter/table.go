@@ -108,6 +108,16 @@ func (t *table) get(key []byte) *entry {
 	return s.lookup(h, key)
 }
 
+// getString is get of a key held as a string, with no copy of it.
+func (t *table) getString(key string) *entry {
+	h := maphash.String(t.seed, key)
+	s := &t.shards[h%shardCount]
+	if e := (*s.read.Load())[h]; e != nil && e.key == key && !e.dead.Load() {
+		return e
+	}
+	return s.lookup(h, []byte(key))
+}
+
 // lookup finds key, of hash h, in the read map without a lock, else in
 // the dirty map.
 func (s *shard) lookup(h uint64, key []byte) *entry {
