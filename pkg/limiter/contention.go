@@ -31,7 +31,7 @@ import (
 // newcomers publish every key they see in the epoch, and a key beyond
 // the bound is neither shrunk nor released, its newcomers' requests
 // denied: 4 096 did that to a scale-out over 5 000 keys. A tick visits
-// only the entries read since the last (contDue); all of them are walked
+// only the entries read since the last (contWork.due); all are walked
 // once a second or when the registry changes (contWalkEvery).
 const maxContended = 1 << 20
 
@@ -56,7 +56,7 @@ type contention struct {
 	// shrunk is the live count this replica shrank its share of epoch
 	// to, by an item of its own, for a key it does not hold; zero: none.
 	shrunk int
-	queued bool // in contDue
+	queued bool // in contWork.due
 }
 
 // contWork is the engine's walk of the contended keys (contMu guards it):
