@@ -48,16 +48,10 @@ func TestNewKeysBesideReleasesAndSweeps(t *testing.T) {
 	const sec = int64(time.Second / time.Microsecond)
 	snow := 1_000_000*sec + sec/2
 	now := snow * 1000
-	l.eng.joined.Store(1)
-	two := Membership{Members: []Member{{Joined: 1, Expires: 2 * snow}, {Joined: 1, Expires: 2 * snow}}}
-	l.eng.members.Store(&memberView{m: two, at: now})
+	twoSharers(l, snow)
 	rule := &Rule{Algorithm: FixedWindow, Windows: []Window{{Limit: 10, Period: time.Second}}}
 	const keys = 2000
-	cs := make([]Contended, keys)
-	for i := range cs {
-		cs[i] = Contended{Key: "k" + strconv.Itoa(i), Windows: rule.Windows, Replica: "other", At: snow, Shrink: 3}
-	}
-	l.eng.contendAll(cs)
+	publishShrinks(l, rule, 0, keys, snow, 3)
 	stop := make(chan struct{})
 	var wg sync.WaitGroup
 	loop := func(fn func()) {
@@ -95,22 +89,9 @@ func TestNewKeysBesideReleasesAndSweeps(t *testing.T) {
 // its newcomers see, and the walk of them all every 10 ms took a core);
 // a new copy of the registry makes it visit them all once.
 func TestReleasesVisitsOnlyDue(t *testing.T) {
-	l := New(WithStore(nopStore{}, "r"))
-	const sec = int64(time.Second / time.Microsecond)
-	snow := 1_000_000*sec*60 + sec/2
-	now := snow * 1000
-	l.eng.joined.Store(1)
-	two := Membership{Members: []Member{{Joined: 1, Expires: 2 * snow}, {Joined: 1, Expires: 2 * snow}}, Now: snow}
-	l.eng.members.Store(&memberView{m: two, at: now})
-	rule := &Rule{Algorithm: FixedWindow, Windows: []Window{{Limit: 100, Period: time.Minute}}}
+	l, snow, now, rule := midMinute()
 	const keys = 10000
-	publish := func(from, to int) {
-		cs := make([]Contended, 0, to-from)
-		for i := from; i < to; i++ {
-			cs = append(cs, Contended{Key: "k" + strconv.Itoa(i), Windows: rule.Windows, Replica: "other", At: snow, Shrink: 3})
-		}
-		l.eng.contendAll(cs)
-	}
+	publish := func(from, to int) { publishShrinks(l, rule, from, to, snow, 3) }
 	visits := func(at int64) int64 {
 		before := l.eng.work.visits
 		l.eng.releases(at)
@@ -127,7 +108,7 @@ func TestReleasesVisitsOnlyDue(t *testing.T) {
 	if got := visits(now + 2*int64(tick)); got != 3 {
 		t.Fatalf("a tick after 3 keys were read visited %d entries, want 3", got)
 	}
-	l.eng.members.Store(&memberView{m: two, at: now + 3*int64(tick)})
+	l.eng.members.Store(&memberView{m: l.eng.members.Load().m, at: now + 3*int64(tick)})
 	if got := visits(now + 3*int64(tick)); got != keys {
 		t.Fatalf("a tick after a new copy of the registry visited %d entries, want %d", got, keys)
 	}
@@ -186,9 +167,7 @@ func TestReleaseOfAnEpochAhead(t *testing.T) {
 	boundary := 1_000_000 * sec
 	snow := boundary - 2000 // 2 ms before a second ends (offset 0)
 	now := snow * 1000
-	l.eng.joined.Store(1)
-	two := Membership{Members: []Member{{Joined: 1, Expires: 2 * snow}, {Joined: 1, Expires: 2 * snow}}, Now: snow}
-	l.eng.members.Store(&memberView{m: two, at: now})
+	twoSharers(l, snow)
 	rule := &Rule{Algorithm: FixedWindow, Windows: []Window{{Limit: 10, Period: time.Second}}}
 	l.eng.contendAll([]Contended{{Key: "k", Windows: rule.Windows, Replica: "other", At: boundary + 1000}})
 	for _, at := range []int64{now, now + int64(time.Millisecond)} {
@@ -206,23 +185,41 @@ func TestReleaseOfAnEpochAhead(t *testing.T) {
 // second or on a new copy of the registry, over 100 000 keys a scale-out
 // published to shrink, already shrunk (ns/op is the whole walk).
 func BenchmarkReleasesFullWalk(b *testing.B) {
-	l := New(WithStore(nopStore{}, "r"))
-	const sec = int64(time.Second / time.Microsecond)
-	snow := 1_000_000*sec*60 + sec/2
-	now := snow * 1000
-	l.eng.joined.Store(1)
-	two := Membership{Members: []Member{{Joined: 1, Expires: 2 * snow}, {Joined: 1, Expires: 2 * snow}}, Now: snow}
-	l.eng.members.Store(&memberView{m: two, at: now})
-	rule := &Rule{Algorithm: FixedWindow, Windows: []Window{{Limit: 100, Period: time.Minute}}}
+	l, snow, now, rule := midMinute()
 	const keys = 100_000
-	cs := make([]Contended, keys)
-	for i := range cs {
-		cs[i] = Contended{Key: "user=" + strconv.Itoa(i), Windows: rule.Windows, Replica: "other", At: snow, Shrink: 4}
-	}
-	l.eng.contendAll(cs)
+	publishShrinks(l, rule, 0, keys, snow, 4)
 	l.eng.releases(now)
 	for b.Loop() {
 		l.eng.work.walked = 0
 		l.eng.releases(now)
 	}
+}
+
+// twoSharers gives l a registry copy, taken at store instant snow (µs,
+// offset 0), of two replicas that joined long before, this one of them.
+func twoSharers(l *Limiter, snow int64) {
+	l.eng.joined.Store(1)
+	two := Membership{Members: []Member{{Joined: 1, Expires: 2 * snow}, {Joined: 1, Expires: 2 * snow}}, Now: snow}
+	l.eng.members.Store(&memberView{m: two, at: snow * 1000})
+}
+
+// publishShrinks has l read the keys k<from> to k<to-1> of rule published
+// at store instant at, to shrink the shares to a share at shrink.
+func publishShrinks(l *Limiter, rule *Rule, from, to int, at int64, shrink int) {
+	cs := make([]Contended, 0, to-from)
+	for i := from; i < to; i++ {
+		cs = append(cs, Contended{Key: "k" + strconv.Itoa(i), Windows: rule.Windows, Replica: "other", At: at, Shrink: shrink})
+	}
+	l.eng.contendAll(cs)
+}
+
+// midMinute is a limiter with a store, two sharers by its registry copy,
+// half a second into a minute of store time (snow µs, now ns), and a rule
+// of 100 a minute.
+func midMinute() (l *Limiter, snow, now int64, rule *Rule) {
+	l = New(WithStore(nopStore{}, "r"))
+	const sec = int64(time.Second / time.Microsecond)
+	snow = 1_000_000*sec*60 + sec/2
+	twoSharers(l, snow)
+	return l, snow, snow * 1000, &Rule{Algorithm: FixedWindow, Windows: []Window{{Limit: 100, Period: time.Minute}}}
 }
