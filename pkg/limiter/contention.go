@@ -227,7 +227,7 @@ func (e *engine) releases(now int64) []SyncItem {
 	visit := func(key string, x *contention) {
 		x.queued = false
 		e.work.visits++
-		if !e.releaseOne(key, x, snow, now, &items) && snow/int64(x.rule.Windows[0].Period/time.Microsecond) < x.epoch {
+		if e.releaseOne(key, x, snow, now, &items) {
 			ahead = append(ahead, key)
 		}
 	}
@@ -259,10 +259,11 @@ func (e *engine) releases(now int64) []SyncItem {
 	return items
 }
 
-// releaseOne does for the contended key x what releases says, appends
-// to items the item to send for a key this replica does not hold, if
-// one, and reports whether it did. e.contMu must be held.
-func (e *engine) releaseOne(key string, x *contention, snow, now int64, items *[]SyncItem) bool {
+// releaseOne does for the contended key x what releases says and
+// appends to items the item to send for a key this replica does not
+// hold, if one. It reports a key published in an epoch this replica's
+// clock has not reached, to visit again. e.contMu must be held.
+func (e *engine) releaseOne(key string, x *contention, snow, now int64, items *[]SyncItem) (ahead bool) {
 	p := int64(x.rule.Windows[0].Period / time.Microsecond)
 	epoch := snow / p
 	if epoch != x.epoch {
@@ -270,7 +271,7 @@ func (e *engine) releaseOne(key string, x *contention, snow, now int64, items *[
 			delete(e.contended, key)
 			e.contN.Store(int64(len(e.contended)))
 		}
-		return false
+		return epoch < x.epoch
 	}
 	n := max(int(e.replicas.Load()), x.shrink)
 	if x.released == epoch || !x.plain && !x.fresh && x.shrunk >= n {
@@ -303,35 +304,32 @@ func (e *engine) releaseOne(key string, x *contention, snow, now int64, items *[
 	if !sharer {
 		return false // no share or loan of this epoch to release
 	}
-	return e.bareItem(key, x, epoch, p, n, snow, now, items)
+	e.bareItem(key, x, epoch, p, n, snow, now, items)
+	return false
 }
 
 // bareItem appends to items the release or the shrink of the share of
 // epoch of a contended key x this replica, a sharer of the epoch, does
 // not hold, once: a release if published to release, a shrink to a
 // share at the n live if only to shrink and n is more than the epoch's
-// sharers (or than a shrink made before); it reports whether it did.
-// e.contMu must be held.
-func (e *engine) bareItem(key string, x *contention, epoch, p int64, n int, snow, now int64, items *[]SyncItem) bool {
+// sharers (or than a shrink made before). e.contMu must be held.
+func (e *engine) bareItem(key string, x *contention, epoch, p int64, n int, snow, now int64, items *[]SyncItem) {
 	switch {
 	case x.plain:
 		x.released = epoch
 		*items = append(*items, SyncItem{Key: key, Algorithm: x.rule.Algorithm, Windows: x.rule.Windows,
 			Replicas: n, Lease: lease, Release: snow})
-		return true
 	case x.shrink > 0 && n > x.shrunk:
 		mv := e.members.Load()
 		k := mv.sharers(epoch*p, p)
 		if k <= 0 || n <= k || !mv.fresh(now) {
-			return false
+			return
 		}
 		x.shrunk = n
 		*items = append(*items, SyncItem{Key: key, Algorithm: x.rule.Algorithm, Windows: x.rule.Windows,
 			Replicas: n, Lease: lease, Shrink: n, ShareEpoch: epoch, Sharers: k,
 			SharersNext: mv.sharers((epoch+1)*p, p), Gone: mv.gone(epoch*p, p)})
-		return true
 	}
-	return false
 }
 
 // unrelease forgets the releases and shrinks of a failed round, to send
