@@ -258,7 +258,7 @@ func (r *KeyRecord) charge(it *SyncItem, ws []Window, now int64) {
 			if h.N >= 0 {
 				c.ChargeAt(w, it.Algorithm, h.At, now, uint64(h.N))
 			} else {
-				c.Refund(w, it.Algorithm, now, uint64(-h.N))
+				c.RefundAt(w, it.Algorithm, h.At, now, uint64(-h.N))
 			}
 			c.Cur, c.Prev, c.TAT = min(c.Cur, MaxExact), min(c.Prev, MaxExact), min(c.TAT, MaxExact)
 		}

@@ -219,12 +219,28 @@ func (c *WindowState) Charge(w Window, a Algorithm, now int64, n uint64) {
 // Refund gives back n units at now, never below an empty window or a full
 // bucket.
 func (c *WindowState) Refund(w Window, a Algorithm, now int64, n uint64) {
+	c.RefundAt(w, a, now, now, n)
+}
+
+// RefundAt gives back n units refunded at instant at, never below an empty
+// window or a full bucket: from the window at falls in, the current one
+// or, for fixed and sliding windows, the previous one (older refunds free
+// nothing that still counts). An at after now counts as now. A refund
+// stamped before a boundary and applied after it must not free units of
+// the window that began meanwhile, which admits made after the refund
+// hold.
+func (c *WindowState) RefundAt(w Window, a Algorithm, at, now int64, n uint64) {
 	if a == TokenBucket {
 		c.TAT = max(c.TAT-spend(n, w), now)
 		return
 	}
 	c.Roll(w, now)
-	c.Cur = satSub(c.Cur, n)
+	switch min(at, now) / int64(w.Period) {
+	case c.Epoch:
+		c.Cur = satSub(c.Cur, n)
+	case c.Epoch - 1:
+		c.Prev = satSub(c.Prev, n)
+	}
 }
 
 // UntilReset is the time an admitted request reports as reset: until the

@@ -55,6 +55,7 @@ var suiteCases = []struct {
 	{"SplitShare", testSplitShare},
 	{"HitsCharged", testHitsCharged},
 	{"Refund", testRefund},
+	{"LateRefund", testLateRefund},
 	{"LateHits", testLateHits},
 	{"LateHitsSliding", testLateHitsSliding},
 	{"KeptCredit", testKeptCredit},
@@ -240,6 +241,34 @@ func testRefund(t *testing.T, st limiter.Store) {
 	expect(t, "usage after a refund", sync1(t, st, "a", it).Windows[0].Cur, 3)
 	it.Hits = []limiter.Hit{{At: r0.Now, N: -10}}
 	expect(t, "usage after a large refund", sync1(t, st, "a", it).Windows[0].Cur, 0)
+}
+
+// testLateRefund: a refund frees units of the window it was stamped in,
+// not of the one current when the store applies it: a round that crossed
+// a boundary must not free units that admits of the new window hold.
+func testLateRefund(t *testing.T, st limiter.Store) {
+	ws := fixed(10, time.Hour)
+	per := int64(time.Hour / time.Microsecond)
+	for attempt := 0; ; attempt++ {
+		k := fmt.Sprint("k", attempt)
+		r0 := sync1(t, st, "a", item(k, ws, 0))
+		e := r0.Windows[0].Epoch
+		it := item(k, ws, 0)
+		it.Hits = []limiter.Hit{
+			{At: (e-1)*per + 1, N: 4},  // previous window
+			{At: e * per, N: 3},        // this window
+			{At: (e-1)*per + 2, N: -1}, // a refund stamped in the previous one
+			{At: (e-2)*per + 5, N: -2}, // older: frees nothing
+			{At: r0.Now + per, N: -1},  // ahead of the store: now
+		}
+		r := sync1(t, st, "a", it)
+		if r.Windows[0].Epoch != e && attempt < 3 { // crossed the hour
+			continue
+		}
+		expect(t, "previous window", r.Windows[0].Prev, 3)
+		expect(t, "current window", r.Windows[0].Cur, 2)
+		return
+	}
 }
 
 // testLateHits: hits are charged to the window they were admitted in;

@@ -55,7 +55,7 @@ local function charge(st, ws, h, nh)
       if units >= 0 then
         charge_at(st[i], ws[i], at, units)
       else
-        refund(st[i], ws[i], -units)
+        refund_at(st[i], ws[i], at, -units)
       end
     end
   end

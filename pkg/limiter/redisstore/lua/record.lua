@@ -181,14 +181,20 @@ local function charge_at(s, w, at, n)
   end
 end
 
--- WindowState.Refund
-local function refund(s, w, n)
+-- WindowState.RefundAt
+local function refund_at(s, w, at, n)
   if alg == BUCKET then
     s.tat = max(s.tat - n * interval(w), now)
     return
   end
   roll(s, w)
-  s.cur = satsub(s.cur, n)
+  local e = w.e
+  if at < now then e = idiv(at, w.p) end
+  if e == s.epoch then
+    s.cur = satsub(s.cur, n)
+  elseif e == s.epoch - 1 then
+    s.prev = satsub(s.prev, n)
+  end
 end
 
 -- WindowState.FreshAt
