@@ -1,24 +1,33 @@
 package limiter
 
-import "time"
+import (
+	"math"
+	"time"
+)
 
 // Probes: a waiter's units charged in the round it waits for.
 //
 // A key that holds no credit and is not busy, and has no static share
 // on this replica (a rule without shares, or a replica that joined after
 // the epoch's sharers, whose shares leave room: a founding epoch's),
-// has its waiters' units charged as a hit in the round they wait for. The
-// reply says whether they fit beside the other replicas' reservations;
-// if so they are admitted. A key whose requests come too seldom for
+// has its waiters' units sent as a probe (SyncItem.Probe) in the round
+// they wait for. The store charges, at its own instant, as many of them
+// as fit beside the other replicas' reservations and shares, and says
+// how many (SyncResult.Probed); the waiters they cover are admitted, in
+// arrival order. Units that do not fit are not charged: a window charged
+// with units nobody was granted would make the store revoke reservations
+// other replicas may be spending while their rounds fly, and grant them
+// again once the probe was refunded (one over the limit, found in
+// TestSimSkewedRoundsLongTail). A key whose requests come too seldom for
 // credit to pay (the round would ask for no more than its waiters need,
 // or probeMost) asks for no credit beside, and nothing is left to push or
 // hand back: one key sync a request, where credit took one to reserve and
-// one to push the hit and hand the rest back. Units a reply does not
-// admit (no room, or their waiters gave up) are refunded while every
-// window they were charged to is still the current one; past its end they
-// stay charged to it, which over-counts a window gone by (a sliding
-// window's previous one: conservative). A round that fails drops them: a
-// store that applied them anyway over-counts the same way. A probe that
+// one to push the hit and hand the rest back. Units charged that no
+// waiter takes (their waiters gave up, or a waiter's units did not fit
+// whole) are refunded, stamped with the instant they were charged at, so
+// the store frees them in that window (WindowState.RefundAt) while it
+// still counts. A round that fails drops the probe: a store that applied
+// it anyway over-counts the window, which is conservative. A probe that
 // finds the key busy asks for credit at once, before the key's next
 // request waits.
 //
@@ -38,9 +47,9 @@ const probeMost = 4
 // probes is a key's probe bookkeeping, in its extras (keyExtras),
 // made by its first probe. Its creditState's mu guards it.
 type probes struct {
-	n, at    int64 // units the in-flight sync charges for waiters, at store µs at; none admitted yet
+	n        int64 // units the in-flight sync probes for waiters; none admitted yet
 	admitted int64 // units probes admitted since the last round (want's rate)
-	refunds  []Hit // units of probes not admitted, to refund
+	refunds  []Hit // units charged for probes and not admitted, to refund
 	sent     []Hit // those of refunds the in-flight sync pushes
 }
 
@@ -117,38 +126,46 @@ func probeWant(want, waiting uint64) uint64 {
 	return want - waiting
 }
 
-// addProbes appends to the item the probe, charged at snow, and the
-// refunds of earlier probes still in their windows, not within
-// boundaryLead of their end (the store refunds in the window current
-// when it applies them); it keeps those near the end for the next round,
-// which drops them once their window is over. cs.mu must be held.
+// addProbes puts in the item the probe and the refunds of units earlier
+// probes had charged and no waiter took, each stamped with the instant
+// it was charged at; those no window of the key counts at store instant
+// snow any more are dropped. cs.mu must be held.
 func (cs *creditState) addProbes(it *SyncItem, probe, snow int64) {
 	if probe == 0 && cs.prb() == nil {
 		return
 	}
 	p := &cs.extras().probes
-	p.n, p.at = probe, snow
-	if probe > 0 {
-		it.Hits = append(it.Hits, Hit{At: snow, N: probe})
-	}
-	var sent, kept []Hit
-	near := cs.nearEnd(snow)
+	p.n = probe
+	it.Probe = uint64(probe)
+	var sent []Hit
 	for _, h := range p.refunds {
-		switch {
-		case !cs.sameWindows(h.At, snow):
-		case near:
-			kept = append(kept, h)
-		default:
-			it.Hits = append(it.Hits, Hit{At: snow, N: -h.N})
+		if cs.stillCounts(h.At, snow) {
+			it.Hits = append(it.Hits, Hit{At: h.At, N: -h.N})
 			sent = append(sent, h)
 		}
 	}
-	p.refunds, p.sent = kept, sent
+	p.refunds, p.sent = nil, sent
+}
+
+// stillCounts reports whether a unit charged at store instant at counts
+// in a window of the key at store instant snow: at falls in the current
+// or the previous window of its longest period (always, for a token
+// bucket).
+func (cs *creditState) stillCounts(at, snow int64) bool {
+	if cs.rule.Algorithm == TokenBucket {
+		return true
+	}
+	var p int64
+	for _, w := range cs.ws {
+		p = max(p, int64(w.Period))
+	}
+	return at/p >= snow/p-1
 }
 
 // nearEnd reports whether a window of the key ends within boundaryLead
-// of store instant snow: a probe charged there may be applied in the next
-// window, where its units, not admitted, could not be refunded.
+// of store instant snow: a probe sent there is likely charged in the
+// next window, which its waiters, asked for in this one, would rather
+// have credit of. cs.mu must be held.
 func (cs *creditState) nearEnd(snow int64) bool {
 	if cs.rule.Algorithm == TokenBucket {
 		return false
@@ -162,32 +179,15 @@ func (cs *creditState) nearEnd(snow int64) bool {
 	return false
 }
 
-// sameWindows reports whether store instants a and b fall in the same
-// window of every period of the key (always for a token bucket).
-func (cs *creditState) sameWindows(a, b int64) bool {
-	if cs.rule.Algorithm == TokenBucket {
-		return true
-	}
-	for _, w := range cs.ws {
-		if a/int64(w.Period) != b/int64(w.Period) {
-			return false
-		}
-	}
-	return true
-}
-
-// takeBackProbes strips from a failed round's hits the probe and the
-// probe refunds addProbes appended, and keeps the refunds for the next
-// round. cs.mu must be held.
+// takeBackProbes strips from a failed round's hits the probe refunds
+// addProbes appended, and keeps them for the next round; the probe is
+// dropped, its waiters wait on. cs.mu must be held.
 func (cs *creditState) takeBackProbes(hits []Hit) []Hit {
 	p := cs.prb()
 	if p == nil {
 		return hits
 	}
 	n := len(p.sent)
-	if p.n > 0 {
-		n++
-	}
 	p.refunds = append(p.refunds, p.sent...)
 	p.sent, p.n = nil, 0
 	for _, w := range cs.waiters {
@@ -197,21 +197,20 @@ func (cs *creditState) takeBackProbes(hits []Hit) []Hit {
 }
 
 // settleProbe admits, in arrival order, the waiters the round's probe
-// charged for that the reply has room for, and keeps the units it does
-// not admit to refund. The rest wait on (settleWaiters decides on them).
-// It reports whether the round probed. cs.mu must be held.
+// was charged for (SyncResult.Probed), and keeps the units charged that
+// it does not admit to refund. The rest wait on (settleWaiters decides
+// on them). It reports whether the round probed. cs.mu must be held.
 func (e *engine) settleProbe(cs *creditState, r *SyncResult) bool {
 	p := cs.prb()
 	if p == nil {
 		return false
 	}
 	p.sent = nil
-	n := p.n
-	if n == 0 {
+	if p.n == 0 {
 		return false
 	}
 	p.n = 0
-	room := cs.probeRoom(r, n)
+	room := int64(min(r.Probed, math.MaxInt64/2))
 	var admitted int64
 	kept := cs.waiters[:0]
 	for _, w := range cs.waiters {
@@ -228,28 +227,10 @@ func (e *engine) settleProbe(cs *creditState, r *SyncResult) bool {
 	clear(cs.waiters[len(kept):])
 	cs.waiters = kept
 	p.admitted += admitted
-	if left := n - admitted; left > 0 {
-		p.refunds = append(p.refunds, Hit{At: p.at, N: left})
+	if left := room - admitted; left > 0 {
+		p.refunds = append(p.refunds, Hit{At: r.Now, N: left})
 		e.activate(cs)
 		cs.kicked.Store(true)
 	}
 	return true
-}
-
-// probeRoom is how many of the n units the round charged (at probes.at) fit
-// beside the other replicas' reservations and this one's: the reply's
-// windows, which count them, less them, hold that much room, in the
-// windows they were charged to; at most n.
-func (cs *creditState) probeRoom(r *SyncResult, n int64) int64 {
-	if len(r.Windows) != len(cs.ws) || !cs.sameWindows(cs.prb().at, r.Now) {
-		return 0
-	}
-	held := satAdd(r.Others, r.Credit)
-	room := uint64(n)
-	for i, w := range cs.ws {
-		before := r.Windows[i]
-		before.Refund(w, cs.rule.Algorithm, r.Now, uint64(n))
-		room = min(room, satSub(before.Remaining(w, cs.rule.Algorithm, r.Now), held))
-	}
-	return int64(room)
 }

@@ -112,7 +112,7 @@ func (e *engine) prepare(cs *creditState, now int64) SyncItem {
 			it.ShareEpoch = max(it.ShareEpoch-2, 1)
 		}
 	}
-	cs.flying = -probe // the probe's units are not admitted yet
+	cs.flying = 0
 	for _, hs := range [][]Hit{it.Hits, it.ShareHits} {
 		for _, h := range hs {
 			cs.flying += max(h.N, 0)

@@ -36,11 +36,13 @@
 // the quarter of the credit the hot path holds back for late rounds
 // (still covered by the reservation), or denied. A key starts with no
 // credit. The round a request waits for on a quiet key without a static
-// share (not busy, its rate asking for a few units at most) charges the
-// waiting units as a hit and asks for no credit: the reply admits them if
-// they fit beside every reservation, and units it does not admit are
-// refunded while their window lasts (credit_probe.go): one key sync a
-// request, as a per-request counter. Credit is asked for at half spent, sized from
+// share (not busy, its rate asking for a few units at most) sends the
+// waiting units as a probe and asks for no credit: the store charges, at
+// its own instant, as many as fit beside every reservation and says how
+// many, and those are admitted (credit_probe.go): one key sync a
+// request, as a per-request counter. A window is never charged with
+// units nobody was granted: a refund frees units of the window it was
+// stamped in (WindowState.RefundAt). Credit is asked for at half spent, sized from
 // the key's rate; once over half of a window is used or reserved, a
 // replica holds credit only to a fixed window's end (a sliding window's
 // next sync) and hands the rest back, and the store gives a replica that

@@ -6,9 +6,10 @@ import (
 )
 
 // TestProbeBookkeeping follows a probe through its rounds: the waiters it
-// admits in order while the reply has room, the units it refunds in
-// their window, a failed round's hits without it, and refunds dropped
-// once their window is over or kept while it is about to end.
+// admits in order as far as the store charged it, the units charged that
+// no waiter took refunded at the instant they were charged, a failed
+// round's hits without the refund, and refunds dropped once no window
+// counts them.
 func TestProbeBookkeeping(t *testing.T) {
 	l := New(WithStore(nopStore{}, "r"))
 	e := l.eng
@@ -32,27 +33,38 @@ func TestProbeBookkeeping(t *testing.T) {
 	}
 	it := SyncItem{}
 	cs.addProbes(&it, 3, snow)
-	if len(it.Hits) != 1 || it.Hits[0] != (Hit{At: snow, N: 3}) {
-		t.Fatalf("item hits %v, want the probe", it.Hits)
+	if it.Probe != 3 || len(it.Hits) != 0 {
+		t.Fatalf("item probe %d, hits %v: want the probe apart from the hits", it.Probe, it.Hits)
 	}
-	// The reply: the window held 7 before the probe, so 2 of its 3 fit
-	// beside a reservation of 1 elsewhere.
-	r := &SyncResult{Windows: []WindowState{{Epoch: 100, Cur: 7 + 3}}, Others: 1, Now: snow + 1000}
-	e.settleProbe(cs, r)
+	// The store charged 2 of the 3: the first two are admitted, the
+	// third waits, and nothing is owed back.
+	e.settleProbe(cs, &SyncResult{Probed: 2, Now: snow + 1000})
 	if !recv(ws[0]) || !recv(ws[1]) || len(ws[2].done) != 0 {
 		t.Fatal("want the first two waiters admitted, the third waiting")
 	}
-	if len(cs.waiters) != 1 || cs.waiting != 1 || cs.prb().admitted != 2 {
-		t.Fatalf("waiters %d, waiting %d, probed %d", len(cs.waiters), cs.waiting, cs.prb().admitted)
+	if len(cs.waiters) != 1 || cs.waiting != 1 || cs.prb().admitted != 2 || len(cs.prb().refunds) != 0 {
+		t.Fatalf("waiters %d, waiting %d, probed %d, refunds %v", len(cs.waiters), cs.waiting, cs.prb().admitted, cs.prb().refunds)
 	}
-	if len(cs.prb().refunds) != 1 || cs.prb().refunds[0] != (Hit{At: snow, N: 1}) {
-		t.Fatalf("refunds %v, want the third's unit at the probe's instant", cs.prb().refunds)
+	// A probe charged whole whose waiter gave up meanwhile: its unit is
+	// refunded at the instant the store charged it.
+	cs, ws = newKey()
+	cs.addProbes(&SyncItem{}, e.probeFor(cs, snow, 0), snow)
+	cs.dropWaiter(ws[2])
+	at := snow + 1000
+	e.settleProbe(cs, &SyncResult{Probed: 3, Now: at})
+	if !recv(ws[0]) || !recv(ws[1]) || len(cs.waiters) != 0 {
+		t.Fatalf("want both waiters left admitted; %d wait", len(cs.waiters))
 	}
-	// The next round refunds it; it fails, and the refund waits again.
-	it = SyncItem{Hits: []Hit{{At: snow + 2000, N: 4}}}
-	cs.addProbes(&it, 0, snow+2000)
-	if len(it.Hits) != 2 || it.Hits[1].N != -1 {
-		t.Fatalf("item hits %v, want the admitted hits and the refund", it.Hits)
+	if len(cs.prb().refunds) != 1 || cs.prb().refunds[0] != (Hit{At: at, N: 1}) {
+		t.Fatalf("refunds %v, want the unit no waiter took, at %d", cs.prb().refunds, at)
+	}
+	// The next round refunds it, in the next window too (the store frees
+	// it in the window it was charged in); it fails, and the refund
+	// waits again.
+	it = SyncItem{Hits: []Hit{{At: 101*sec + 2000, N: 4}}}
+	cs.addProbes(&it, 0, 101*sec+2000)
+	if len(it.Hits) != 2 || it.Hits[1] != (Hit{At: at, N: -1}) {
+		t.Fatalf("item hits %v, want the admitted hits and the refund at %d", it.Hits, at)
 	}
 	if got := cs.takeBackProbes(it.Hits); len(got) != 1 || got[0].N != 4 {
 		t.Fatalf("a failed round's hits without its refund: %v", got)
@@ -60,23 +72,11 @@ func TestProbeBookkeeping(t *testing.T) {
 	if len(cs.prb().refunds) != 1 {
 		t.Fatalf("refunds after a failed round: %v, want the one back", cs.prb().refunds)
 	}
-	// Near the window's end it is kept; in the next window dropped.
+	// Two windows on, no window counts it: dropped.
 	it = SyncItem{}
-	cs.addProbes(&it, 0, 101*sec-1000)
-	if len(it.Hits) != 0 || len(cs.prb().refunds) != 1 {
-		t.Fatalf("near the end: item hits %v, kept %v", it.Hits, cs.prb().refunds)
-	}
-	cs.addProbes(&it, 0, 101*sec+1000)
+	cs.addProbes(&it, 0, 102*sec+1000)
 	if len(it.Hits) != 0 || len(cs.prb().refunds) != 0 {
-		t.Fatalf("in the next window: item hits %v, kept %v; want it dropped", it.Hits, cs.prb().refunds)
-	}
-	// A reply from the next window admits none of a probe: its units
-	// went to the window they were charged in.
-	cs, ws = newKey()
-	cs.addProbes(&SyncItem{}, e.probeFor(cs, snow, 0), snow)
-	e.settleProbe(cs, &SyncResult{Windows: []WindowState{{Epoch: 101, Prev: 3}}, Now: 101*sec + 10})
-	if len(ws[0].done) != 0 || len(cs.waiters) != 3 || cs.prb().refunds[0].N != 3 {
-		t.Fatalf("across a boundary: waiters %d, refunds %v", len(cs.waiters), cs.prb().refunds)
+		t.Fatalf("two windows on: item hits %v, kept %v; want it dropped", it.Hits, cs.prb().refunds)
 	}
 	// No probe near a window's end, nor for a key with credit.
 	cs, _ = newKey()

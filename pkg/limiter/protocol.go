@@ -63,7 +63,8 @@ type Reservation struct {
 //  3. avail = min over windows (remaining − others − unreported static
 //     shares, see ShareRecord);
 //  4. keep the part of the replica's unused credit its old reservation
-//     still backs and avail still holds;
+//     still backs and avail still holds; charge, at now, the units of
+//     the probe (SyncItem.Probe) that fit in what is left;
 //  5. lend a replica that asks (SyncItem.Borrow) a share of the epoch out
 //     of what is left (lend, see ShareRecord), which serves its waiters;
 //     grant min(want, ⌊share · free / N⌋) of what is left, or one unit
@@ -105,6 +106,13 @@ func (r *KeyRecord) Sync(replica string, it *SyncItem, now int64) SyncResult {
 		avail = min(avail, satSub(r.Windows[i].Remaining(w, it.Algorithm, now), satAdd(others, held.all)))
 	}
 	kept := min(it.Unused, own, avail)
+	probed := min(it.Probe, avail-kept)
+	if probed > 0 {
+		for i, w := range ws {
+			r.Windows[i].Charge(w, it.Algorithm, now, probed)
+		}
+		avail -= probed
+	}
 	free := avail - kept
 	lent, took := r.lend(replica, it, ws, free, now)
 	free -= took
@@ -126,7 +134,7 @@ func (r *KeyRecord) Sync(replica string, it *SyncItem, now int64) SyncResult {
 	copy(out, r.Windows)
 	othersHeld := held.all - held.own
 	c := contended(it, ws, satAdd(grant, lent), others, othersHeld, now)
-	return SyncResult{Credit: mine, Others: satAdd(others, othersHeld), Held: othersHeld, Windows: out, Now: now, Pressed: r.Pressed > now,
+	return SyncResult{Credit: mine, Others: satAdd(others, othersHeld), Held: othersHeld, Windows: out, Now: now, Probed: probed, Pressed: r.Pressed > now,
 		Expires: expires, Contended: c, Gen: r.Gen, Lent: lent, Shrink: c && held.shrinkable}
 }
 

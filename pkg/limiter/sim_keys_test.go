@@ -427,7 +427,10 @@ func TestSimSkewedRoundsLongTail(t *testing.T) {
 	r := keySim{rule: perSecond(10), replicas: 4, keys: 1000, zipf: 1.1, rate: 3000,
 		duration: 20 * time.Second, measureFrom: 5 * time.Second,
 		during: func(r *keyRun) { r.faulty.SetDelays(draw) }}.run(t)
-	r.checkLate(t, 100)
+	// The bound is measured: 63–104 key-seconds in 30 runs before and
+	// 69–101 in 30 after the probe was charged by the store (SyncItem.Probe),
+	// nearly all of them overruns of rounds that took 50–100 ms.
+	r.checkLate(t, 125)
 }
 
 // checkLate fails t for a window over the limit, more than bound key

@@ -66,6 +66,15 @@ type SyncItem struct {
 	Want uint64
 	// Waiting is the units requests are waiting for (last mile).
 	Waiting uint64
+	// Probe is the units of requests waiting that the store charges at
+	// once, as hits at its own instant, as far as they fit beside the
+	// other replicas' reservations and shares and the caller's kept
+	// credit (SyncResult.Probed): those requests are decided by this
+	// round, with nothing reserved, pushed or handed back after it
+	// (credit_probe.go). Units that do not fit are not charged: a
+	// window is never charged with units nobody was granted, which
+	// would revoke reservations other replicas may be spending.
+	Probe uint64
 	// Denied is the requests the replica denied since its last round.
 	Denied uint64
 	// Share is the fraction of the free budget replicas may hold as credit
@@ -151,6 +160,8 @@ type SyncResult struct {
 	Windows []WindowState
 	// Now is the store clock when the item was applied.
 	Now int64
+	// Probed is the units of SyncItem.Probe charged, at Now.
+	Probed uint64
 	// Pressed reports a sliding-window key for which a replica reported
 	// requests waiting or denied within its shortest period: its units go
 	// to waiters only (KeyRecord.Pressed).

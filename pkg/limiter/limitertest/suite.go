@@ -56,6 +56,7 @@ var suiteCases = []struct {
 	{"HitsCharged", testHitsCharged},
 	{"Refund", testRefund},
 	{"LateRefund", testLateRefund},
+	{"Probe", testProbe},
 	{"LateHits", testLateHits},
 	{"LateHitsSliding", testLateHitsSliding},
 	{"KeptCredit", testKeptCredit},
@@ -241,6 +242,29 @@ func testRefund(t *testing.T, st limiter.Store) {
 	expect(t, "usage after a refund", sync1(t, st, "a", it).Windows[0].Cur, 3)
 	it.Hits = []limiter.Hit{{At: r0.Now, N: -10}}
 	expect(t, "usage after a large refund", sync1(t, st, "a", it).Windows[0].Cur, 0)
+}
+
+// testProbe: a probe is charged at the store's instant as far as it fits
+// beside the others' reservations, and a probe that does not fit leaves
+// them whole: b may be spending its reservation while its round flies.
+func testProbe(t *testing.T, st limiter.Store) {
+	ws := fixed(10, time.Hour)
+	expect(t, "b's credit", sync1(t, st, "b", item("k", ws, 6)).Credit, 6)
+	it := item("k", ws, 0)
+	it.Hits = []limiter.Hit{{At: sync1(t, st, "a", item("k", ws, 0)).Now, N: 3}}
+	it.Probe = 3
+	r := sync1(t, st, "a", it)
+	expect(t, "probe charged beside b's reservation", r.Probed, 1)
+	expect(t, "usage", r.Windows[0].Cur, 4)
+	expect(t, "a's credit", r.Credit, 0)
+	it = item("k", ws, 0)
+	it.Probe = 2
+	r = sync1(t, st, "a", it)
+	expect(t, "probe with no room", r.Probed, 0)
+	expect(t, "usage after it", r.Windows[0].Cur, 4)
+	it = item("k", ws, 0)
+	it.Unused = 6
+	expect(t, "b's credit kept", sync1(t, st, "b", it).Credit, 6)
 }
 
 // testLateRefund: a refund frees units of the window it was stamped in,

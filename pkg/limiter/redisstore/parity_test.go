@@ -103,6 +103,10 @@ func TestParity(t *testing.T) {
 	if (sum.shrinking == 0 || sum.shrinkable == 0) && !failed.Load() {
 		t.Error("no share shrunk or shrink asked for: SyncItem.Shrink and SyncResult.Shrink went untested")
 	}
+	t.Logf("probes: %d items probing, %d replies charging some of one", sum.probes, sum.probed)
+	if (sum.probes == 0 || sum.probed == 0 || sum.probed == sum.probes) && !failed.Load() {
+		t.Error("no probe charged, or none found no room: SyncItem.Probe and SyncResult.Probed went untested")
+	}
 	if loads.n.Load() == 0 && !failed.Load() {
 		t.Error("no script was reloaded after SCRIPT FLUSH")
 	}
@@ -405,6 +409,12 @@ func (p *parity) count(it *limiter.SyncItem, r limiter.SyncResult) {
 	if r.Shrink {
 		p.tally.shrinkable++
 	}
+	if it.Probe > 0 {
+		p.tally.probes++
+	}
+	if r.Probed > 0 {
+		p.tally.probed++
+	}
 	if r.Expires != r.Now+int64(it.Lease/time.Microsecond) {
 		p.tally.epochEnd++
 	}
@@ -423,6 +433,7 @@ type tally struct {
 	founded                                                               int64 // items of founding epochs (Sharers < 0)
 	borrowed, lent, relent                                                int64 // items asking a loan, replies lending, items saying a loan held
 	shrinking, shrinkable                                                 int64 // items shrinking a share, replies asking sharers to shrink
+	probes, probed                                                        int64 // items probing, replies charging some of a probe
 }
 
 func (t *tally) add(o tally) {
@@ -448,6 +459,8 @@ func (t *tally) add(o tally) {
 	t.relent += o.relent
 	t.shrinking += o.shrinking
 	t.shrinkable += o.shrinkable
+	t.probes += o.probes
+	t.probed += o.probed
 }
 
 // item draws one key's sync: hits (late, future, on boundaries, refunds,
@@ -470,6 +483,9 @@ func (p *parity) item(key string) limiter.SyncItem {
 	}
 	if p.rng.IntN(8) == 0 {
 		it.Denied = 1 + p.rng.Uint64N(3)
+	}
+	if p.rng.IntN(4) == 0 { // a probe: a few units, as many as the window holds, or an odd number
+		it.Probe = []uint64{1 + p.rng.Uint64N(3), p.units(r), math.MaxUint64}[p.rng.IntN(3)]
 	}
 	for range p.rng.IntN(4) {
 		it.Hits = append(it.Hits, p.hit(r, key))

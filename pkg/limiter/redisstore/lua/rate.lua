@@ -35,12 +35,14 @@
 --          n windows), the floors' generation (µs, 0: not known), then
 --          per window the replica's floor, "epoch cur prev tat"; the share
 --          floor in the same form ("": none); the loan held (SyncItem.Lent,
---          0: none), borrow (1 or 0), shrink (SyncItem.Shrink, 0: none).
+--          0: none), borrow (1 or 0), shrink (SyncItem.Shrink, 0: none),
+--          the probe (SyncItem.Probe, 0: none).
 -- Reply    per key: now, credit, others' reservations, others' shares
 --          held (Others is their sum, saturated in Go), pressed (1 or 0),
 --          expires(µs), contended (1, 2 to shrink, or 0), the record's
---          generation (µs),
---          the share lent (0: none), then per window: epoch cur prev tat.
+--          generation (µs), the share lent (0: none), the probe's units
+--          charged (SyncResult.Probed), then per window: epoch cur prev
+--          tat.
 --
 -- record.lua, prepended, reads and writes the record; this part applies
 -- the protocol.
@@ -320,7 +322,8 @@ local function sync(key, a)
   local floors = a + 2
   local sfloor = window_state(args[floors + nf])
   local lent, borrow, shrink = num(floors + nf + 1), num(floors + nf + 2), num(floors + nf + 3)
-  a = floors + nf + 4
+  local probe = num(floors + nf + 4)
+  a = floors + nf + 5
 
   local rec = load(key, nw)
   local st = rec.st
@@ -352,8 +355,13 @@ local function sync(key, a)
     if avail == nil or r < avail then avail = r end
   end
 
-  -- 4-6. keep, lend, split, last mile.
+  -- 4-6. keep, probe, lend, split, last mile.
   local kept = min(unused, rec.own, avail)
+  local probed = min(probe, avail - kept)
+  if probed > 0 then
+    for i = 1, nw do charge_at(st[i], ws[i], now, probed) end
+    avail = avail - probed
+  end
   local free = avail - kept
   local loan, took = 0, 0
   if borrow == 1 and has then loan, took = lend(rec, ws, se, sharers, share, nrep, gone, free) end
@@ -388,7 +396,7 @@ local function sync(key, a)
   if has and ws[1].e ~= se then contended = false end
   local c = 0
   if contended then c = shrinkable and 2 or 1 end
-  return save(key, rec, ws, credit, expires, oheld, c, loan), a
+  return save(key, rec, ws, credit, expires, oheld, c, loan, probed), a
 end
 
 -- main syncs the keys of one call, replica argv[1], at one Redis TIME.

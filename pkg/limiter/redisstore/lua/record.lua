@@ -358,18 +358,18 @@ end
 -- pressed, expires, contended, the generation, the share lent and the
 -- window states.
 -- The generation and the base are written when they changed.
-local function save(key, rec, ws, credit, expires, oheld, contended, lent)
+local function save(key, rec, ws, credit, expires, oheld, contended, lent, probed)
   local st, nw = rec.st, #ws
   local s = st[1]
   local out = {now, credit, rec.others, oheld, rec.pressed > now and 1 or 0, expires, contended, rec.gen,
-    lent, s.epoch, s.cur, s.prev, s.tat}
+    lent, probed, s.epoch, s.cur, s.prev, s.tat}
   local x = rec.last
   if credit > 0 then x = max(x, expires) end
   x = max(x, fresh_at(s, ws[1]))
   for i = 2, nw do
     s = st[i]
     x = max(x, fresh_at(s, ws[i]))
-    out[4 * i + 6], out[4 * i + 7], out[4 * i + 8], out[4 * i + 9] = s.epoch, s.cur, s.prev, s.tat
+    out[4 * i + 7], out[4 * i + 8], out[4 * i + 9], out[4 * i + 10] = s.epoch, s.cur, s.prev, s.tat
   end
   if nw == 1 then
     for _, r in pairs(rec.shares) do
