@@ -432,18 +432,20 @@ func TestWindowsOfShared(t *testing.T) {
 // TestIdleKeyLeavesScans: a key that synced and holds nothing leaves the
 // sync loop's scans once it has been idle a quiet interval, not two of
 // its periods later, and stays evictable two periods after its last use;
-// a key used within the quiet interval stays, and one back in a round
-// is not swept while it is.
+// a key used within the quiet interval that its last round gave credit
+// stays, a quiet one its last round gave none (a probe) leaves at once,
+// and one back in a round is not swept while it is.
 func TestIdleKeyLeavesScans(t *testing.T) {
 	l := New(WithStore(nopStore{}, "r"))
 	e := l.eng
 	rule := &Rule{Algorithm: SlidingWindow, Windows: []Window{{Limit: 100, Period: time.Minute}}}
 	now := e.now()
 	snow := e.storeNow(now)
-	start := func(key string, idle time.Duration) *creditState {
+	start := func(key string, idle time.Duration, grant int64) *creditState {
 		cs := e.creditFor([]byte(key), rule, now-int64(idle))
 		cs.mu.Lock()
 		cs.credit.Store(0)
+		cs.grant.Store(grant)
 		cs.kicked.Store(false)
 		cs.view.Store(&storeView{windows: []WindowState{{Epoch: snow / int64(time.Minute/time.Microsecond)}}})
 		cs.lastUse.Store(now - int64(idle))
@@ -451,8 +453,9 @@ func TestIdleKeyLeavesScans(t *testing.T) {
 		e.activate(cs)
 		return cs
 	}
-	idle := start("idle", 2*quietInterval)
-	recent := start("recent", quietInterval/10)
+	idle := start("idle", 2*quietInterval, 4)
+	recent := start("recent", quietInterval/10, 4)
+	probed := start("probed", quietInterval/10, 0)
 	e.scanDue(now)
 	if idle.active.Load() {
 		t.Error("a key idle for two quiet intervals, holding nothing, is still scanned")
@@ -461,7 +464,13 @@ func TestIdleKeyLeavesScans(t *testing.T) {
 		t.Errorf("idle key evictable from %d, want %d (two periods after its last use)", idle.ent.fresh.Load(), want)
 	}
 	if !recent.active.Load() {
-		t.Error("a key used within the quiet interval left the scans")
+		t.Error("a key used within the quiet interval, given credit by its last round, left the scans")
+	}
+	if probed.active.Load() {
+		t.Error("a quiet key its last round gave no credit is still scanned")
+	}
+	if want := probed.lastUse.Load() + 2*int64(time.Minute); probed.ent.fresh.Load() != want {
+		t.Errorf("probed key evictable from %d, want %d (two periods after its last use)", probed.ent.fresh.Load(), want)
 	}
 	e.activate(idle) // its next request asked for a round
 	if n := l.keys.sweep(idle.ent.fresh.Load() + 1); n != 0 {

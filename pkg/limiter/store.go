@@ -23,6 +23,7 @@ import (
 // specification, and a parity test holds the Redis store to it.
 type Store interface {
 	// Sync applies items for replica, writing one SyncResult per item.
+	// It keeps neither slice once it returns: the engine reuses them.
 	Sync(ctx context.Context, replica string, items []SyncItem, out []SyncResult) error
 	// SyncSlots applies concurrency items for replica.
 	SyncSlots(ctx context.Context, replica string, items []SlotItem, out []SlotResult) error

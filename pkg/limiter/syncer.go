@@ -2,6 +2,7 @@ package limiter
 
 import (
 	"context"
+	"slices"
 	"sync"
 	"time"
 )
@@ -242,12 +243,15 @@ func (e *engine) syncRound(ctx context.Context) {
 	if len(due) == 0 && len(released) == 0 {
 		return
 	}
-	items := make([]SyncItem, len(due), len(due)+len(released))
+	b := roundBufs.Get().(*roundBuf)
+	defer b.put()
+	items := slices.Grow(b.items[:0], len(due)+len(released))[:len(due)]
 	for i, cs := range due {
 		items[i] = e.prepare(cs, now)
 	}
 	items = append(items, released...)
-	out := make([]SyncResult, len(items))
+	out := slices.Grow(b.out[:0], len(items))[:len(items)]
+	b.items, b.out = items, out
 	rctx, cancel := context.WithTimeout(ctx, roundTimeout)
 	defer cancel()
 	e.stats.rounds.Add(1)
@@ -267,6 +271,31 @@ func (e *engine) syncRound(ctx context.Context) {
 	for i, cs := range due {
 		e.apply(cs, &out[i])
 	}
+}
+
+// roundBuf holds a round's items and results for the rounds after it
+// (Store.Sync keeps neither): made anew, they were some 400 bytes a key
+// of every round.
+type roundBuf struct {
+	items []SyncItem
+	out   []SyncResult
+}
+
+var roundBufs = sync.Pool{New: func() any { return new(roundBuf) }}
+
+// roundBufMax is the most items a round's buffers keep for the next: a
+// burst's round of many keys does not hold its memory for good.
+const roundBufMax = 4096
+
+// put clears b and returns it to the pool, unless a burst made it large.
+func (b *roundBuf) put() {
+	if cap(b.items) > roundBufMax {
+		return
+	}
+	clear(b.items)
+	clear(b.out)
+	b.items, b.out = b.items[:0], b.out[:0]
+	roundBufs.Put(b)
 }
 
 // shutdown pushes every hit and hands every reservation back, then leaves

@@ -64,9 +64,10 @@ func (e *engine) collectDue(now int64, full bool) []*creditState {
 // idle since): those due, asked for or waited on, and when any is, those
 // due within a tenth of their interval (riding along). A key that holds
 // nothing and owes nothing leaves the active keys once it has been idle
-// a quiet interval or its share has room, evictable two periods after
-// its last use; keys that admit from their static share alone never join
-// them, so idle and share-only keys cost a scan nothing.
+// a quiet interval, its share has room or, quiet, its last round gave it
+// no credit (a probe), evictable two periods after its last use; keys
+// that admit from their static share alone never join them, so idle,
+// probed and share-only keys cost a scan nothing.
 func (e *engine) scanDue(now int64) []*creditState {
 	var due, half []*creditState
 	snow := e.storeNow(now)
@@ -85,10 +86,12 @@ func (e *engine) scanDue(now int64) []*creditState {
 			case idle > keep:
 				ent.fresh.Store(now) // nothing held, nothing owed: evictable
 				e.deactivate(cs)
-			case idle > int64(quietInterval) || cs.share.ample(cs.ws[0], snow):
+			case idle > int64(quietInterval) || cs.share.ample(cs.ws[0], snow) || !cs.busy && cs.grant.Load() == 0:
 				// Nothing to watch for until its next request, which asks
-				// for a round if it needs one (its share serves it, or no
-				// new window finds it starved): it leaves the scans now,
+				// for a round if it needs one (its share serves it, no
+				// new window finds it starved, or it is a quiet key its
+				// last round gave no credit, a probed one, whose next
+				// request is probed too): it leaves the scans now,
 				// evictable two periods after its last use.
 				ent.fresh.Store(cs.lastUse.Load() + keep)
 				e.deactivate(cs)

@@ -135,7 +135,7 @@ func (s *Store) rateCalls(replica string, items []limiter.SyncItem) ([]call, []i
 				calls[len(calls)-1].args = ra.args
 			}
 			n := min(per, len(items)-i)
-			ra = rateArgs{args: append(make([]any, 0, 1+n*keyArgs), replica), rules: ra.rules[:0]}
+			ra = rateArgs{args: append(make([]any, 0, 1+ruleArgs+n*keyArgs), replica), rules: ra.rules[:0]}
 			calls = append(calls, call{keys: make([]string, 0, n)})
 			starts = append(starts, i)
 		}
@@ -155,8 +155,15 @@ func (s *Store) rateCalls(replica string, items []limiter.SyncItem) ([]call, []i
 const batchKeys = 32
 
 // keyArgs is about how many arguments an item of one window adds to a
-// call: its own fields, and a share of its rule's.
-const keyArgs = 16
+// call beside its rule: a reference to the rule, 14 fields, a hit or a
+// share hit (2) and a floor; ruleArgs about how many a rule of one
+// window takes the first time a call names it. A call's arguments are
+// sized from them at once: with 16 for both, the slice grew once or
+// twice in most calls, some 5 KB a round of ten keys.
+const (
+	keyArgs  = 18
+	ruleArgs = 13
+)
 
 // checkItem refuses what the maths cannot run: no window, a period under
 // the clock's microsecond, a token bucket without a rate.
