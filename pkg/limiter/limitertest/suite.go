@@ -271,53 +271,52 @@ func testProbe(t *testing.T, st limiter.Store) {
 // not of the one current when the store applies it: a round that crossed
 // a boundary must not free units that admits of the new window hold.
 func testLateRefund(t *testing.T, st limiter.Store) {
-	ws := fixed(10, time.Hour)
-	per := int64(time.Hour / time.Microsecond)
-	for attempt := 0; ; attempt++ {
-		k := fmt.Sprint("k", attempt)
-		r0 := sync1(t, st, "a", item(k, ws, 0))
-		e := r0.Windows[0].Epoch
-		it := item(k, ws, 0)
-		it.Hits = []limiter.Hit{
+	r := syncInEpoch(t, st, func(e, per, now int64) []limiter.Hit {
+		return []limiter.Hit{
 			{At: (e-1)*per + 1, N: 4},  // previous window
 			{At: e * per, N: 3},        // this window
 			{At: (e-1)*per + 2, N: -1}, // a refund stamped in the previous one
 			{At: (e-2)*per + 5, N: -2}, // older: frees nothing
-			{At: r0.Now + per, N: -1},  // ahead of the store: now
+			{At: now + per, N: -1},     // ahead of the store: now
 		}
-		r := sync1(t, st, "a", it)
-		if r.Windows[0].Epoch != e && attempt < 3 { // crossed the hour
-			continue
-		}
-		expect(t, "previous window", r.Windows[0].Prev, 3)
-		expect(t, "current window", r.Windows[0].Cur, 2)
-		return
-	}
+	})
+	expect(t, "previous window", r.Windows[0].Prev, 3)
+	expect(t, "current window", r.Windows[0].Cur, 2)
 }
 
 // testLateHits: hits are charged to the window they were admitted in;
 // older ones are dropped and future ones count as now.
 func testLateHits(t *testing.T, st limiter.Store) {
-	ws := fixed(10, time.Hour)
-	per := int64(time.Hour / time.Microsecond)
-	for attempt := 0; ; attempt++ {
-		r0 := sync1(t, st, "a", item(fmt.Sprint("k", attempt), ws, 0))
-		e := r0.Windows[0].Epoch
-		it := item(fmt.Sprint("k", attempt), ws, 0)
-		it.Hits = []limiter.Hit{
+	r := syncInEpoch(t, st, func(e, per, now int64) []limiter.Hit {
+		return []limiter.Hit{
 			{At: (e-1)*per + 1, N: 4}, // previous window
 			{At: (e - 1) * per, N: 1}, // its first instant
 			{At: (e-2)*per + 5, N: 7}, // older: dropped
 			{At: e * per, N: 2},       // this window
-			{At: r0.Now + per, N: 1},  // ahead of the store: now
+			{At: now + per, N: 1},     // ahead of the store: now
 		}
+	})
+	expect(t, "previous window", r.Windows[0].Prev, 5)
+	expect(t, "current window", r.Windows[0].Cur, 3)
+}
+
+// syncInEpoch syncs a fresh key of a fixed window of 10 an hour once,
+// then with the hits hits makes from its epoch e, the period per and the
+// store's instant now (µs), and returns the reply; it tries a fresh key
+// again, up to three times, should the hour turn between the two syncs.
+func syncInEpoch(t *testing.T, st limiter.Store, hits func(e, per, now int64) []limiter.Hit) limiter.SyncResult {
+	t.Helper()
+	ws := fixed(10, time.Hour)
+	per := int64(time.Hour / time.Microsecond)
+	for attempt := 0; ; attempt++ {
+		k := fmt.Sprint("k", attempt)
+		r0 := sync1(t, st, "a", item(k, ws, 0))
+		it := item(k, ws, 0)
+		it.Hits = hits(r0.Windows[0].Epoch, per, r0.Now)
 		r := sync1(t, st, "a", it)
-		if r.Windows[0].Epoch != e && attempt < 3 { // crossed the hour
-			continue
+		if r.Windows[0].Epoch == r0.Windows[0].Epoch || attempt == 3 {
+			return r
 		}
-		expect(t, "previous window", r.Windows[0].Prev, 5)
-		expect(t, "current window", r.Windows[0].Cur, 3)
-		return
 	}
 }
 

@@ -54,11 +54,7 @@ local function charge(st, ws, h, nh)
   for k = 0, nh - 1 do
     local at, units = tonumber(args[h + 2 * k]), num(h + 2 * k + 1)
     for i = 1, #ws do
-      if units >= 0 then
-        charge_at(st[i], ws[i], at, units)
-      else
-        refund_at(st[i], ws[i], at, -units)
-      end
+      charge_at(st[i], ws[i], at, units)
     end
   end
 end

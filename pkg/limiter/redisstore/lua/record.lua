@@ -164,9 +164,14 @@ local function remaining(s, w)
   return satsub(w.limit, s.cur)
 end
 
--- WindowState.ChargeAt
+-- WindowState.ChargeAt, and for n < 0 WindowState.RefundAt of -n: each
+-- to the window at falls in.
 local function charge_at(s, w, at, n)
   if alg == BUCKET then
+    if n < 0 then
+      s.tat = max(s.tat + n * interval(w), now)
+      return
+    end
     if at > now then at = now end
     s.tat = min(max(s.tat, at) + n * interval(w), MAXEXACT)
     return
@@ -175,25 +180,9 @@ local function charge_at(s, w, at, n)
   local e = w.e
   if at < now then e = idiv(at, w.p) end
   if e == s.epoch then
-    s.cur = satadd(s.cur, n)
+    s.cur = n < 0 and satsub(s.cur, -n) or satadd(s.cur, n)
   elseif e == s.epoch - 1 then
-    s.prev = satadd(s.prev, n)
-  end
-end
-
--- WindowState.RefundAt
-local function refund_at(s, w, at, n)
-  if alg == BUCKET then
-    s.tat = max(s.tat - n * interval(w), now)
-    return
-  end
-  roll(s, w)
-  local e = w.e
-  if at < now then e = idiv(at, w.p) end
-  if e == s.epoch then
-    s.cur = satsub(s.cur, n)
-  elseif e == s.epoch - 1 then
-    s.prev = satsub(s.prev, n)
+    s.prev = n < 0 and satsub(s.prev, -n) or satadd(s.prev, n)
   end
 end
 
