@@ -433,30 +433,41 @@ func TestWindowsOfShared(t *testing.T) {
 // sync loop's scans once it has been idle a quiet interval, not two of
 // its periods later, and stays evictable two periods after its last use;
 // a key used within the quiet interval that its last round gave credit
-// stays, a quiet one its last round gave none (a probe) leaves at once,
-// and one back in a round is not swept while it is.
+// stays, a quiet one its last round gave none (a probe) leaves at once
+// unless its window ends before it would go idle, and one back in a
+// round is not swept while it is.
 func TestIdleKeyLeavesScans(t *testing.T) {
 	l := New(WithStore(nopStore{}, "r"))
 	e := l.eng
 	rule := &Rule{Algorithm: SlidingWindow, Windows: []Window{{Limit: 100, Period: time.Minute}}}
+	perSecond := &Rule{Algorithm: SlidingWindow, Windows: []Window{{Limit: 10, Period: time.Second}}}
+	// The scan runs half a second past the middle of a minute: a minute
+	// ends in 29.5 s, a second in 0.5 s.
 	now := e.now()
+	minute := int64(time.Minute / time.Microsecond)
 	snow := e.storeNow(now)
-	start := func(key string, idle time.Duration, grant int64) *creditState {
+	now += (snow/minute*minute + minute/2 + minute/120 - snow) * int64(time.Microsecond)
+	snow = e.storeNow(now)
+	start := func(key string, rule *Rule, idle time.Duration, grant int64) *creditState {
 		cs := e.creditFor([]byte(key), rule, now-int64(idle))
 		cs.mu.Lock()
 		cs.credit.Store(0)
 		cs.grant.Store(grant)
 		cs.kicked.Store(false)
-		cs.view.Store(&storeView{windows: []WindowState{{Epoch: snow / int64(time.Minute/time.Microsecond)}}})
+		cs.view.Store(&storeView{windows: []WindowState{{Epoch: snow / int64(rule.Windows[0].Period/time.Microsecond)}}})
 		cs.lastUse.Store(now - int64(idle))
 		cs.mu.Unlock()
 		e.activate(cs)
 		return cs
 	}
-	idle := start("idle", 2*quietInterval, 4)
-	recent := start("recent", quietInterval/10, 4)
-	probed := start("probed", quietInterval/10, 0)
+	idle := start("idle", rule, 2*quietInterval, 4)
+	recent := start("recent", rule, quietInterval/10, 4)
+	probed := start("probed", rule, quietInterval/10, 0)
+	probedSecond := start("probed-second", perSecond, quietInterval/10, 0)
 	e.scanDue(now)
+	if !probedSecond.active.Load() {
+		t.Error("a probed key whose window ends before it would go idle left the scans")
+	}
 	if idle.active.Load() {
 		t.Error("a key idle for two quiet intervals, holding nothing, is still scanned")
 	}

@@ -60,14 +60,30 @@ func (e *engine) collectDue(now int64, full bool) []*creditState {
 	return due
 }
 
+// probedQuiet reports a quiet key its last round gave no credit (a probe)
+// whose shortest window does not end before it has been idle a quiet
+// interval: no new window can find it starved while it is scanned, so it
+// may leave the scans now rather than be looked at for a quiet interval.
+// A key of a window that ends sooner stays, for the round a new window
+// that finds it starved asks (starvedInNewWindow). cs.mu must be held.
+func (cs *creditState) probedQuiet(now, snow int64) bool {
+	if cs.busy || cs.grant.Load() != 0 {
+		return false
+	}
+	p := shortest(cs.ws)
+	leaves := snow + (cs.lastUse.Load()+int64(quietInterval)-now)/int64(time.Microsecond)
+	return (snow/p+1)*p > leaves
+}
+
 // scanDue looks at every active key (one that has synced and not gone
 // idle since): those due, asked for or waited on, and when any is, those
 // due within a tenth of their interval (riding along). A key that holds
 // nothing and owes nothing leaves the active keys once it has been idle
 // a quiet interval, its share has room or, quiet, its last round gave it
-// no credit (a probe), evictable two periods after its last use; keys
-// that admit from their static share alone never join them, so idle,
-// probed and share-only keys cost a scan nothing.
+// no credit and no new window can begin before it would go idle
+// (probedQuiet), evictable two periods after its last use; keys that
+// admit from their static share alone never join them, so idle, probed
+// and share-only keys cost a scan nothing.
 func (e *engine) scanDue(now int64) []*creditState {
 	var due, half []*creditState
 	snow := e.storeNow(now)
@@ -86,12 +102,10 @@ func (e *engine) scanDue(now int64) []*creditState {
 			case idle > keep:
 				ent.fresh.Store(now) // nothing held, nothing owed: evictable
 				e.deactivate(cs)
-			case idle > int64(quietInterval) || cs.share.ample(cs.ws[0], snow) || !cs.busy && cs.grant.Load() == 0:
+			case idle > int64(quietInterval) || cs.share.ample(cs.ws[0], snow) || cs.probedQuiet(now, snow):
 				// Nothing to watch for until its next request, which asks
-				// for a round if it needs one (its share serves it, no
-				// new window finds it starved, or it is a quiet key its
-				// last round gave no credit, a probed one, whose next
-				// request is probed too): it leaves the scans now,
+				// for a round if it needs one (its share serves it, or no
+				// new window finds it starved): it leaves the scans now,
 				// evictable two periods after its last use.
 				ent.fresh.Store(cs.lastUse.Load() + keep)
 				e.deactivate(cs)
