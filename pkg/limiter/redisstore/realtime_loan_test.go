@@ -52,7 +52,9 @@ func TestRealtimeLoanAfterRollingUpdate(t *testing.T) {
 	g.mu.Unlock()
 	g.retire(old)
 	time.Sleep(1500 * time.Millisecond) // the new replica hears the old one gone
+	stalls := rtWatchStalls()
 	calls, start, end := rtRunInWindow(t, g, rule, keys)
+	stalls.close()
 	var onNew, local, denied int
 	for _, c := range calls {
 		if !c.ok {
@@ -67,7 +69,7 @@ func TestRealtimeLoanAfterRollingUpdate(t *testing.T) {
 	}
 	t.Logf("%d decisions, %d denied; on the new replica %d, %d local; modes %v", len(calls), denied, onNew, local, rtModes(calls))
 	g.logStats(t)
-	rtNewcomerDenials(t, calls, func(c rtCall) bool { return c.replica == 1 })
+	rtNewcomerDenials(t, calls, stalls, func(c rtCall) bool { return c.replica == 1 })
 	// Each key gets 4 requests on the new replica, its first a round: 3
 	// of 4 local at best; without loans, none.
 	if local*2 < onNew {
@@ -90,7 +92,9 @@ func TestRealtimeScaleOutKeepsShares(t *testing.T) {
 	g.add()
 	g.add()
 	time.Sleep(1500 * time.Millisecond) // the old replicas hear of the new ones
+	stalls := rtWatchStalls()
 	calls, start, end := rtRunInWindow(t, g, rule, keys)
+	stalls.close()
 	var onOld, oldLocal, onNew, newLocal, denied int
 	for _, c := range calls {
 		if !c.ok {
@@ -123,7 +127,7 @@ func TestRealtimeScaleOutKeepsShares(t *testing.T) {
 	// A newcomer's first request of a key waits for the chain a borrow
 	// that finds nothing free needs (the sharers' shrink rounds, the
 	// borrow again).
-	rtNewcomerDenials(t, calls, func(c rtCall) bool { return c.replica >= 2 })
+	rtNewcomerDenials(t, calls, stalls, func(c rtCall) bool { return c.replica >= 2 })
 	// The old replicas hold shares throughout; releasing them made most
 	// of their decisions rounds.
 	if oldLocal*10 < onOld*9 {
@@ -137,12 +141,15 @@ func TestRealtimeScaleOutKeepsShares(t *testing.T) {
 // a first request of a key waits for a borrow, and on a machine busy
 // with the rest of the suite the borrow (a chain of rounds, in a
 // scale-out) can outlast the request's bound. Those are logged, a known
-// limitation (the simulations hold them at none), unless they are more
-// than a quarter of the newcomer's decisions that waited for a round,
-// which no stall explains.
-func rtNewcomerDenials(t *testing.T, calls []rtCall, isNew func(rtCall) bool) {
+// limitation (the simulations hold them at none). Unless the scheduler
+// stalled the process for rtStalledTolerance or more while such a
+// request waited, it counts against a bound: more of them than a quarter
+// of the newcomers' decisions that waited for a round fails the test.
+// (A CI run beside a CPU hog and the rest of the suite made a third of
+// the test's usual decisions, and denied 106 of 330 so.)
+func rtNewcomerDenials(t *testing.T, calls []rtCall, stalls *rtStalls, isNew func(rtCall) bool) {
 	t.Helper()
-	waited, slow := 0, 0
+	waited, slow, excused := 0, 0, 0
 	for _, c := range calls {
 		wait := time.Duration(c.end - c.start)
 		if isNew(c) && c.mode != limiter.ModeLocal {
@@ -151,13 +158,22 @@ func rtNewcomerDenials(t *testing.T, calls []rtCall, isNew func(rtCall) bool) {
 		switch {
 		case c.ok:
 		case isNew(c) && c.mode != limiter.ModeLocal && wait >= 100*time.Millisecond:
-			slow++
-			t.Logf("a newcomer's request denied after waiting %v for its borrow", wait)
+			stalled := stalls.during(c)
+			t.Logf("a newcomer's request denied after waiting %v for its borrow (the scheduler stalled %v meanwhile)", wait, stalled)
+			if stalled >= rtStalledTolerance {
+				excused++
+			} else {
+				slow++
+			}
 		default:
 			t.Errorf("a request of a key far below its limit denied on replica %d after %v (%v)", c.replica, wait, c.mode)
 		}
 	}
 	if slow*4 > waited {
-		t.Errorf("%d of the newcomers' %d requests that waited for a round denied", slow, waited)
+		t.Errorf("%d of the newcomers' %d requests that waited for a round denied with no stall of %v or more meanwhile (%d more after one)",
+			slow, waited, rtStalledTolerance, excused)
+	} else if slow+excused > 0 {
+		t.Logf("%d of the newcomers' %d requests that waited for a round denied, %d of them while the scheduler stalled %v or more",
+			slow+excused, waited, excused, rtStalledTolerance)
 	}
 }
