@@ -155,10 +155,7 @@ func (cs *creditState) stillCounts(at, snow int64) bool {
 	if cs.rule.Algorithm == TokenBucket {
 		return true
 	}
-	var p int64
-	for _, w := range cs.ws {
-		p = max(p, int64(w.Period))
-	}
+	p := int64(maxPeriod(cs.rule) / time.Microsecond)
 	return at/p >= snow/p-1
 }
 
