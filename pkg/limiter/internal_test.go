@@ -186,6 +186,7 @@ func (nopStore) Heartbeat(context.Context, string, time.Duration) (Membership, e
 }
 func (nopStore) Release(context.Context, string, []string, []string) error { return nil }
 func (nopStore) Leave(context.Context, string) error                       { return nil }
+func (nopStore) Declare(context.Context, string, Declaration) error        { return nil }
 func (nopStore) Contention(_ context.Context, _, c string) ([]Contended, string, error) {
 	return nil, c, nil
 }

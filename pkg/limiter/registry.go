@@ -59,6 +59,46 @@ type Member struct {
 	// reported, and an incarnation of the same name that joins later does
 	// not take its shares over.
 	Left bool
+	// Shrink is the shrink of its static shares the replica declared
+	// (Store.Declare); zero: none.
+	Shrink Declaration
+}
+
+// Declaration is a replica's shrink of its static shares, declared in
+// the registry once, for every key, rather than key by key when a
+// newcomer finds a key's budget held (credit_shrink.go). Replicas that
+// joined in the middle of an epoch are not its sharers; the sharers
+// hold all of it. A sharer that declares holds, of every epoch that
+// ends after At and began before Until, at most ShareSize at N of each
+// key, or what it spent of the key if more, and it pushed every share
+// hit of a key it spent more of before it declared: what it holds
+// unreported of any key fits in a share at N. The store counts its share
+// so (SyncItem.Shrunk), and the rest is free for the newcomers to
+// borrow at their first request of a key, without the key's publication
+// and a shrink round of each sharer first.
+type Declaration struct {
+	// At is the store instant (µs) from which the shrink holds.
+	At int64
+	// N is the live count whose share the declaring replica holds at
+	// most; zero: no declaration.
+	N int
+	// Until is the store instant (µs) from which every replica live at
+	// At is a sharer of the epochs that begin (it joined a lease before):
+	// their sharers count them, and the shrink need not hold.
+	Until int64
+}
+
+// ShrunkSharer is a sharer of an epoch that declared a shrink of its
+// shares of it to a share at N replicas (SyncItem.Shrunk).
+type ShrunkSharer struct {
+	Name string
+	N    int
+}
+
+// covers reports whether d shrinks a share of the epoch of period that
+// began at start (store µs) held by one of n sharers.
+func (d Declaration) covers(start, period int64, n int) bool {
+	return d.N > n && n > 0 && start+period > d.At && start < d.Until
 }
 
 // PastIncarnation is the registry id under which a store keeps the
@@ -223,6 +263,34 @@ func (m Membership) Gone(start, period int64, lease time.Duration) []string {
 		return nil
 	}
 	return gone
+}
+
+// Shrunk lists the sharers of a window of period that began at start
+// that declared a shrink of their shares of it (Declaration), each with
+// its count: what a sync tells the store (SyncItem.Shrunk). A name with
+// more than one incarnation among the sharers is left out (its records
+// are one), as are the sharers of a founding epoch. Nil when there are
+// none.
+func (m Membership) Shrunk(start, period int64, lease time.Duration) []ShrunkSharer {
+	n := m.Sharers(start, period, lease)
+	if n <= 0 {
+		return nil
+	}
+	lu := int64(lease / time.Microsecond)
+	var out []ShrunkSharer
+	for i, x := range m.Members {
+		if !x.Shrink.covers(start, period, n) || x.Joined > start-lu || x.Expires <= start {
+			continue
+		}
+		twice := false
+		for j, y := range m.Members {
+			twice = twice || j != i && y.Name == x.Name && y.Joined <= start-lu && y.Expires > start
+		}
+		if !twice {
+			out = append(out, ShrunkSharer{Name: x.Name, N: x.Shrink.N})
+		}
+	}
+	return out
 }
 
 // foundersDue is, for a founding epoch that began at start whose

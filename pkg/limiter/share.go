@@ -179,8 +179,10 @@ func (r *KeyRecord) chargeShares(replica string, it *SyncItem, ws []Window, now 
 	sw := Window{Limit: size, Period: w.Period}
 	h := heldShares{returns: maxExact, carry: epoch == it.ShareEpoch && it.SharersNext == it.Sharers}
 	active, gone, settled := 0, 0, 0
+	var declared map[string]int // sharers' declared shrinks (SyncItem.Shrunk): name → N
 	if epoch == it.ShareEpoch {
 		gone = distinct(it.Gone)
+		declared = declaredShrinks(it)
 	}
 	for id, rec := range r.Shares {
 		rec.State.Roll(sw, now)
@@ -200,7 +202,12 @@ func (r *KeyRecord) chargeShares(replica string, it *SyncItem, ws []Window, now 
 			if rec.shrunk(epoch) && n > 0 {
 				rw.Limit = min(size, ShareSize(w, it.Share, rec.ShrinkN))
 			}
-			if rec.Released >= epoch || rec.shrunk(epoch) && rec.ShrinkN >= it.Replicas ||
+			k, ok := declared[id]
+			if ok {
+				rw.Limit = min(rw.Limit, ShareSize(w, it.Share, k))
+				delete(declared, id) // counted with its record
+			}
+			if rec.Released >= epoch || rec.shrunk(epoch) && rec.ShrinkN >= it.Replicas || ok && k >= it.Replicas ||
 				epoch == it.ShareEpoch && slices.Contains(it.Gone, id) {
 				settled++
 			}
@@ -217,6 +224,26 @@ func (r *KeyRecord) chargeShares(replica string, it *SyncItem, ws []Window, now 
 		}
 	}
 	unreported := uint64(max(abs(n)-active-gone, 0))
+	// Of the unreported shares, those of sharers that declared a shrink
+	// count a share at their count (one that left, Gone, holds nothing);
+	// all at S if more declared than are unreported, which no registry
+	// says.
+	var dn, dsum uint64
+	dsettled := 0
+	for id, k := range declared {
+		if !slices.Contains(it.Gone, id) {
+			dn++
+			dsum = satAdd(dsum, ShareSize(w, it.Share, k))
+			if k >= it.Replicas {
+				dsettled++
+			}
+		}
+	}
+	if dn <= unreported {
+		h.all = satAdd(h.all, dsum)
+		unreported -= dn
+		settled += dsettled
+	}
 	h.all = satAdd(h.all, satMul(unreported, size))
 	h.shrinkable = n > 0 && epoch == it.ShareEpoch && it.Replicas > n && settled < n-gone &&
 		ShareSize(w, it.Share, it.Replicas) < size
@@ -275,6 +302,23 @@ func (r *KeyRecord) releasedIn(replica string, it *SyncItem, epoch int64) bool {
 		}
 	}
 	return false
+}
+
+// declaredShrinks maps the sharers of it's epoch that declared a shrink
+// of their shares (SyncItem.Shrunk) to their counts, the largest if
+// named twice; nil when none shrinks a share (a founding epoch's, or at
+// no more than Sharers).
+func declaredShrinks(it *SyncItem) map[string]int {
+	var m map[string]int
+	for _, s := range it.Shrunk {
+		if s.N > it.Sharers && it.Sharers > 0 {
+			if m == nil {
+				m = make(map[string]int, len(it.Shrunk))
+			}
+			m[s.Name] = max(m[s.Name], s.N)
+		}
+	}
+	return m
 }
 
 func abs(n int) int {

@@ -52,6 +52,10 @@ func (s *wipedStore) Release(ctx context.Context, r string, keys, slotKeys []str
 
 func (s *wipedStore) Leave(ctx context.Context, r string) error { return s.store().Leave(ctx, r) }
 
+func (s *wipedStore) Declare(ctx context.Context, r string, d limiter.Declaration) error {
+	return s.store().Declare(ctx, r, d)
+}
+
 func (s *wipedStore) Contention(ctx context.Context, r, cursor string) ([]limiter.Contended, string, error) {
 	return s.store().Contention(ctx, r, cursor)
 }

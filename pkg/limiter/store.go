@@ -32,6 +32,11 @@ type Store interface {
 	// Release drops replica's reservations on keys and its slots on
 	// slotKeys (shutdown, idle hand-back).
 	Release(ctx context.Context, replica string, keys, slotKeys []string) error
+	// Declare records in the registry replica's shrink of its static
+	// shares (Declaration; the zero value withdraws it): heartbeats list
+	// it with the replica (Member.Shrink) until it withdraws it, joins
+	// again after its lease ended, or is forgotten.
+	Declare(ctx context.Context, replica string, d Declaration) error
 	// Leave ends replica's lease now, after it pushed its last share hits
 	// and released its shares: the registry remembers it for the windows
 	// it may hold a share of (Membership.Members), marked as gone, so a
@@ -98,6 +103,14 @@ type SyncItem struct {
 	// Leave (Membership.Gone): in that epoch, the store counts the share
 	// of one with no record that reports it as holding nothing.
 	Gone []string
+	// Shrunk names sharers of epoch ShareEpoch that declared in the
+	// registry a shrink of their shares of it (Membership.Shrunk,
+	// Declaration), each with its count: in that epoch the store counts
+	// the share of each as ShareSize at that count (less what its record
+	// reports), not at Sharers. Only a sharer that pushed every share hit
+	// beyond that size declares, so its unreported share hits of any key
+	// fit in it.
+	Shrunk []ShrunkSharer
 	// ShareHits are units admitted from the replica's static share. They
 	// are charged to the window like Hits and to the replica's share
 	// record.

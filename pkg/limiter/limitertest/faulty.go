@@ -123,6 +123,14 @@ func (f *FaultyStore) Heartbeat(ctx context.Context, replica string, lease time.
 	return f.inner.Heartbeat(ctx, replica, lease)
 }
 
+// Declare forwards to the wrapped store unless a fault fails it.
+func (f *FaultyStore) Declare(ctx context.Context, replica string, d limiter.Declaration) error {
+	if err := f.before(ctx, "declare", replica); err != nil {
+		return err
+	}
+	return f.inner.Declare(ctx, replica, d)
+}
+
 // Release forwards to the wrapped store unless a fault fails it.
 func (f *FaultyStore) Release(ctx context.Context, replica string, keys, slotKeys []string) error {
 	if err := f.before(ctx, "release", replica); err != nil {

@@ -82,6 +82,8 @@ var suiteCases = []struct {
 	{"FoundingShares", testFoundingShares},
 	{"ShareLoans", testShareLoans},
 	{"ShareShrink", testShareShrink},
+	{"DeclaredShrink", testDeclaredShrink},
+	{"Declare", testDeclare},
 	{"Contention", testContention},
 	{"WaitContention", testWaitContention},
 }

@@ -198,6 +198,7 @@ func (s *Store) Heartbeat(ctx context.Context, replica string, lease time.Durati
 	now := s.now()
 	m, ok := s.replicas[replica]
 	if !ok || m.Expires <= now {
+		m.Shrink = limiter.Declaration{} // a shrink is of the incarnation that declared it
 		if ok {
 			// Back after its lease ended: the earlier incarnation stays
 			// listed, so the epochs it held shares of keep their count.
@@ -284,6 +285,27 @@ func (s *Store) Leave(ctx context.Context, replica string) error {
 		m.Expires, m.Left = s.now(), true
 		s.replicas[replica] = m
 	}
+	return nil
+}
+
+// Declare records a live replica's shrink of its static shares in the
+// registry, or withdraws it (the zero Declaration); it fails for a
+// replica the registry does not list as live.
+func (s *Store) Declare(ctx context.Context, replica string, d limiter.Declaration) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	m, ok := s.replicas[replica]
+	if !ok || m.Expires <= s.now() {
+		return fmt.Errorf("memstore: declare: replica %q not live in the registry", replica)
+	}
+	if d.N <= 0 {
+		d = limiter.Declaration{}
+	}
+	m.Shrink = d
+	s.replicas[replica] = m
 	return nil
 }
 

@@ -90,6 +90,10 @@ func TestParity(t *testing.T) {
 	if sum.gone == 0 && !failed.Load() {
 		t.Error("no item named a gone sharer: Gone went untested")
 	}
+	t.Logf("items naming sharers that declared a shrink: %d; shrinks declared: %d", sum.declared, sum.declares)
+	if (sum.declared == 0 || sum.declares == 0) && !failed.Load() {
+		t.Error("no item named a declared shrink, or none was declared: Shrunk and Declare went untested")
+	}
 	if sum.ruleRefs == 0 && !failed.Load() {
 		t.Error("no call named a rule an earlier item gave")
 	}
@@ -291,6 +295,8 @@ func (p *parity) run(n int) bool {
 			ok = p.release()
 		case x < 82:
 			ok = p.leave()
+		case x < 84:
+			ok = p.declare()
 		case x < 88:
 			ok = p.contention()
 		case x < 89: // long enough to roll 1 s windows and forget records
@@ -352,7 +358,7 @@ func (p *parity) sameRule(items []limiter.SyncItem) {
 	for _, e := range items[:len(items)-1] {
 		if e.Algorithm == it.Algorithm && reflect.DeepEqual(e.Windows, it.Windows) && p.rng.IntN(2) == 0 {
 			it.Share, it.Replicas, it.Lease = e.Share, e.Replicas, e.Lease
-			it.ShareEpoch, it.Sharers, it.SharersNext, it.Gone = e.ShareEpoch, e.Sharers, e.SharersNext, e.Gone
+			it.ShareEpoch, it.Sharers, it.SharersNext, it.Gone, it.Shrunk = e.ShareEpoch, e.Sharers, e.SharersNext, e.Gone, e.Shrunk
 			p.tally.ruleRefs++
 			return
 		}
@@ -430,6 +436,8 @@ type tally struct {
 	lifted                                                                int64 // items with a floor of an earlier generation
 	ruleRefs                                                              int64 // items given an earlier item's rule in their call
 	gone                                                                  int64 // items naming sharers that left (SyncItem.Gone)
+	declared                                                              int64 // items naming sharers that declared a shrink (SyncItem.Shrunk)
+	declares                                                              int64 // shrinks recorded in the registry (Store.Declare)
 	founded                                                               int64 // items of founding epochs (Sharers < 0)
 	borrowed, lent, relent                                                int64 // items asking a loan, replies lending, items saying a loan held
 	shrinking, shrinkable                                                 int64 // items shrinking a share, replies asking sharers to shrink
@@ -445,6 +453,8 @@ func (t *tally) add(o tally) {
 	t.lifted += o.lifted
 	t.ruleRefs += o.ruleRefs
 	t.gone += o.gone
+	t.declared += o.declared
+	t.declares += o.declares
 	t.founded += o.founded
 	t.shared += o.shared
 	t.shareHits += o.shareHits
@@ -573,6 +583,12 @@ func (p *parity) shares(it *limiter.SyncItem, r limiter.Rule, key string) {
 			it.Gone = append(it.Gone, p.pick(p.ids))
 		}
 		p.tally.gone++
+	}
+	if p.rng.IntN(3) == 0 { // declared shrinks: some with records, some twice, some gone, some not above the sharers
+		for range 1 + p.rng.IntN(3) {
+			it.Shrunk = append(it.Shrunk, limiter.ShrunkSharer{Name: p.pick(p.ids), N: max(it.Sharers, 0) + p.rng.IntN(4) - 1})
+		}
+		p.tally.declared++
 	}
 	if p.rng.IntN(4) == 0 { // past every epoch's end: credit from released shares lapses first
 		it.Lease = 25 * time.Hour
@@ -800,6 +816,29 @@ func (p *parity) leave() bool {
 		return p.fail("reference leave: %v", err)
 	}
 	p.lastNow = now
+	return true
+}
+
+// declare declares a shrink (now and then none: a withdrawal) as a
+// replica, on both stores: one Redis refuses (the replica is not live at
+// its clock) is not applied to the reference, whose clock is behind it;
+// one Redis records the reference must too. Heartbeats then compare the
+// members' shrinks.
+func (p *parity) declare() bool {
+	replica := p.pick(p.ids)
+	var d limiter.Declaration
+	if p.rng.IntN(4) != 0 {
+		d = limiter.Declaration{At: p.lastNow - p.rng.Int64N(2_000_000), N: 1 + p.rng.IntN(5), Until: p.lastNow + p.rng.Int64N(5_000_000)}
+	}
+	err := p.redis.Declare(context.Background(), replica, d)
+	p.log = append(p.log, fmt.Sprintf("declare %s %+v → %v", replica, d, err))
+	if err != nil {
+		return true
+	}
+	if err := p.ref.Declare(context.Background(), replica, d); err != nil {
+		return p.fail("reference declare %s: %v, where redis recorded it", replica, err)
+	}
+	p.tally.declares++
 	return true
 }
 

@@ -21,6 +21,8 @@ var (
 	heartbeatLua string
 	//go:embed lua/leave.lua
 	leaveLua string
+	//go:embed lua/declare.lua
+	declareLua string
 )
 
 // The scripts, each prefixed with the shared helpers; the rate script's
@@ -30,6 +32,7 @@ var (
 	slotsScript     = redis.NewScript(libLua + slotsLua)
 	heartbeatScript = redis.NewScript(libLua + heartbeatLua)
 	leaveScript     = redis.NewScript(libLua + leaveLua)
+	declareScript   = redis.NewScript(libLua + declareLua)
 )
 
 // noScriptTries bounds the reruns of calls refused with NOSCRIPT.

@@ -162,7 +162,7 @@ const batchKeys = 32
 // twice in most calls, some 5 KB a round of ten keys.
 const (
 	keyArgs  = 18
-	ruleArgs = 13
+	ruleArgs = 14
 )
 
 // checkItem refuses what the maths cannot run: no window, a period under
@@ -210,6 +210,10 @@ func (ra *rateArgs) add(it *limiter.SyncItem) {
 	for _, g := range it.Gone {
 		ra.args = append(ra.args, g)
 	}
+	ra.args = append(ra.args, len(it.Shrunk))
+	for _, d := range it.Shrunk {
+		ra.args = append(ra.args, d.Name, max(d.N, 0))
+	}
 	ra.appendKeyArgs(it)
 }
 
@@ -225,7 +229,8 @@ func shareOf(it *limiter.SyncItem) float64 {
 func sameRule(a, b *limiter.SyncItem) bool {
 	if a.Algorithm != b.Algorithm || shareOf(a) != shareOf(b) || max(a.Replicas, 1) != max(b.Replicas, 1) ||
 		micros(a.Lease) != micros(b.Lease) || a.ShareEpoch != b.ShareEpoch || a.Sharers != b.Sharers ||
-		a.SharersNext != b.SharersNext || len(a.Windows) != len(b.Windows) || !slices.Equal(a.Gone, b.Gone) {
+		a.SharersNext != b.SharersNext || len(a.Windows) != len(b.Windows) || !slices.Equal(a.Gone, b.Gone) ||
+		!slices.Equal(a.Shrunk, b.Shrunk) {
 		return false
 	}
 	for i, w := range a.Windows {

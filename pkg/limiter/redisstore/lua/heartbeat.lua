@@ -13,12 +13,16 @@
 --                    lease ends then, not one that joined again (as a
 --                    replica of a version that does not move the mark
 --                    does)
+--            d:<id>  the shrink replica id declared (declare.lua,
+--                    Declaration), "at n until"; dropped when it joins
+--                    again
 --            since   the latest lease end the registry forgot, µs
 --                    (absent: 0)
 -- ARGV     replica, lease(µs)
 -- Reply    now, live replicas (at least 1), since, when replica joined,
 --          then per member: joined, expires, flags (1: one of replica's
---          own incarnations; 2: it left by leave.lua), id
+--          own incarnations; 2: it left by leave.lua), id, its declared
+--          shrink ("at n until"; "": none)
 --
 -- The registry remembers a replica RETAIN after its lease ends, at most
 -- MAXMEMBERS of them: it lists every replica whose lease ended after
@@ -52,6 +56,7 @@ else
     end
   end
   redis.call('HSET', meta, joined, fmt(now))
+  redis.call('HDEL', meta, 'd:' .. replica) -- a shrink is of the incarnation that declared it
 end
 local mine = tonumber(redis.call('HGET', meta, joined))
 redis.call('ZADD', reg, fmt(now + tonumber(ARGV[2])), replica)
@@ -69,6 +74,7 @@ if drop > 0 then
   for i = 1, #gone, 2 do
     fields[#fields + 1] = 'j:' .. gone[i]
     fields[#fields + 1] = 'g:' .. gone[i]
+    fields[#fields + 1] = 'd:' .. gone[i]
   end
   since = math.max(since, tonumber(gone[#gone]))
   redis.call('ZREMRANGEBYRANK', reg, 0, drop - 1)
@@ -84,19 +90,21 @@ if #members > 0 then
   for i = 1, #members, 2 do
     fields[#fields + 1] = 'j:' .. members[i]
     fields[#fields + 1] = 'g:' .. members[i]
+    fields[#fields + 1] = 'd:' .. members[i]
   end
   local meta_of = redis.call('HMGET', meta, unpack(fields))
   local own = replica .. '\0'
   for i = 1, #members / 2 do
     local id = members[2 * i - 1]
-    local joins = meta_of[2 * i - 1]
+    local joins = meta_of[3 * i - 2]
     out[#out + 1] = (joins and tonumber(joins)) or 0
     out[#out + 1] = tonumber(members[2 * i])
     local flags = (id == replica or string.sub(id, 1, #own) == own) and 1 or 0
-    local left = meta_of[2 * i]
+    local left = meta_of[3 * i - 1]
     if left and tonumber(left) == tonumber(members[2 * i]) then flags = flags + 2 end
     out[#out + 1] = flags
     out[#out + 1] = id
+    out[#out + 1] = meta_of[3 * i] or ''
   end
 end
 return out

@@ -28,7 +28,9 @@
 --          period(µs) limit capacity; share, replicas, lease(µs), share
 --          epoch (0: no shares), sharers, sharers of the next epoch
 --          (−m: a founding epoch of m founders, ShareSize), n
---          gone, then per gone sharer of the epoch its name. The
+--          gone, then per gone sharer of the epoch its name, n shrunk,
+--          then per sharer that declared a shrink (SyncItem.Shrunk) its
+--          name and count. The
 --          key's fields: unused, want, waiting, denied, n hits, then per
 --          hit: at(µs) units (negative: a refund); release(µs, 0: none),
 --          n share hits, then per share hit: at(µs) units; n floors (0 or
@@ -172,6 +174,8 @@ local function charge_shares(rec, ws, se, n, nn, gone, share, h, nsh, release, s
   end
   local size = share_size(w, share, n)
   local all, own, released, returns, active, settled = 0, 0, 0, MAXEXACT, 0, 0
+  local declared = epoch == se and gone.declared -- share field → N (SyncItem.Shrunk)
+  local withrec = false -- the declared sharers counted with their records
   for f, r in pairs(shares) do
     local s = {epoch = r.s.epoch, cur = r.s.cur, prev = r.s.prev, tat = r.s.tat}
     roll(s, w)
@@ -188,7 +192,13 @@ local function charge_shares(rec, ws, se, n, nn, gone, share, h, nsh, release, s
         active = active + 1
         if ng > 0 and gone[f] then ng = ng - 1 end
         if shrunk and n > 0 then lim = min(size, share_size(w, share, r.kn)) end
-        if r.rel >= epoch or shrunk and r.kn >= nrep or epoch == se and gone[f] then
+        local k = declared and declared[f]
+        if k then
+          lim = min(lim, share_size(w, share, k))
+          withrec = withrec or {}
+          withrec[f] = true
+        end
+        if r.rel >= epoch or shrunk and r.kn >= nrep or k and k >= nrep or epoch == se and gone[f] then
           settled = settled + 1
         end
       end
@@ -202,8 +212,23 @@ local function charge_shares(rec, ws, se, n, nn, gone, share, h, nsh, release, s
       if f == myshare then own = left end
     end
   end
-  -- The unreported shares: S each of the sharers without an active record.
-  all = satadd(all, min(max(math.abs(n) - active - ng, 0) * size, MAXEXACT))
+  -- The unreported shares: S each of the sharers without an active record,
+  -- a share at its count of one that declared a shrink (not gone); all at
+  -- S if more declared than are unreported.
+  local unrep = max(math.abs(n) - active - ng, 0)
+  if declared then
+    local dn, dsum, dset = 0, 0, 0
+    for f, k in pairs(declared) do
+      if not (withrec and withrec[f]) and not gone[f] then
+        dn, dsum = dn + 1, satadd(dsum, share_size(w, share, k))
+        if k >= nrep then dset = dset + 1 end
+      end
+    end
+    if dn <= unrep then
+      all, unrep, settled = satadd(all, dsum), unrep - dn, settled + dset
+    end
+  end
+  all = satadd(all, min(unrep * size, MAXEXACT))
   local shrinkable = n > 0 and epoch == se and nrep > n and settled < n - ng and share_size(w, share, nrep) < size
   return all, own, released, returns, epoch == se and nn == n, true, shrinkable
 end
@@ -282,7 +307,7 @@ local function rule_at(a)
   local share, nrep, lease, se = num4(a)
   if share <= 0 or share > 1 then share = 1 end
   if nrep < 1 then nrep = 1 end
-  local ng = num(a + 6)
+  local sharers, nnext, ng = num(a + 4), num(a + 5), num(a + 6)
   local gone = {n = 0}
   for i = 1, ng do
     local f = 's:' .. args[a + 6 + i]
@@ -291,7 +316,22 @@ local function rule_at(a)
       gone.n = gone.n + 1
     end
   end
-  return ra, ws, share, nrep, lease, se, num(a + 4), num(a + 5), gone, a + 7 + ng
+  -- the declared shrinks (SyncItem.Shrunk): share field → N, the largest
+  -- if named twice, of counts above the sharers; false if none. They ride
+  -- in gone (gone.declared), which the call's later keys of the rule
+  -- share: nothing writes to either.
+  a = a + 7 + ng
+  local nd, declared = num(a), false
+  for i = 0, nd - 1 do
+    local k = tonum(args[a + 2 + 2 * i])
+    if sharers > 0 and k > sharers then
+      local f = 's:' .. args[a + 1 + 2 * i]
+      declared = declared or {}
+      declared[f] = max(declared[f] or 0, k)
+    end
+  end
+  gone.declared = declared
+  return ra, ws, share, nrep, lease, se, sharers, nnext, gone, a + 1 + 2 * nd
 end
 
 -- sync applies the item whose arguments start at args[a] to key and
