@@ -328,7 +328,7 @@ func (e *engine) bareItem(key string, x *contention, epoch, p int64, n int, snow
 		x.shrunk = n
 		*items = append(*items, SyncItem{Key: key, Algorithm: x.rule.Algorithm, Windows: x.rule.Windows,
 			Replicas: n, Lease: lease, Shrink: n, ShareEpoch: epoch, Sharers: k,
-			SharersNext: mv.sharers((epoch+1)*p, p), Gone: mv.gone(epoch*p, p)})
+			SharersNext: mv.sharers((epoch+1)*p, p), Gone: mv.gone(epoch*p, p), Shrunk: mv.shrunk(epoch*p, p)})
 	}
 }
 

@@ -94,3 +94,12 @@ func (mv *memberView) gone(start, period int64) []string {
 	}
 	return mv.m.Gone(start, period, lease)
 }
+
+// shrunk is Membership.Shrunk for an epoch of period that began at start
+// (store µs), from copy mv: what a sync tells the store.
+func (mv *memberView) shrunk(start, period int64) []ShrunkSharer {
+	if mv == nil {
+		return nil
+	}
+	return mv.m.Shrunk(start, period, lease)
+}

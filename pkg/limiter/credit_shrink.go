@@ -102,6 +102,9 @@ func (e *engine) reckonEpoch(cs *creditState, ep, now int64) {
 	}
 	sh.epoch, sh.sharers, sh.size, sh.recheck = ep, int32(k), 0, recheck
 	sh.unset(flagLent) // a loan lapses with its epoch
+	if dn := e.declaredN(ep*p, p, k); dn > sh.shrinkN() {
+		sh.setShrinkN(dn) // this replica's shrink covers the epoch (credit_declare.go)
+	}
 	if !known {
 		// No copy of the registry to count from (the heartbeats fail):
 		// no share now, reckoned again at the next spend, not given up

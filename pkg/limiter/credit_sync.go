@@ -99,7 +99,7 @@ func (e *engine) prepare(cs *creditState, now int64) SyncItem {
 		cs.share.takeShare(&it, snow, cs.ws[0], e.sharersIn(mv, snow/p*p, p, now) != 0 || cs.share.holdsLoan(cs.ws[0], snow))
 		it.ShareEpoch = snow / p
 		it.Sharers, it.SharersNext = mv.sharers(it.ShareEpoch*p, p), mv.sharers((it.ShareEpoch+1)*p, p)
-		it.Gone = mv.gone(it.ShareEpoch*p, p)
+		it.Gone, it.Shrunk = mv.gone(it.ShareEpoch*p, p), mv.shrunk(it.ShareEpoch*p, p)
 		e.loanFields(cs, &it, mv, snow, now)
 		if it.Borrow {
 			it.Want = 0 // a loan serves the waiters, or else the last mile

@@ -111,6 +111,11 @@ type engine struct {
 	pending                   []*creditState // keys that asked for a sync since the last round
 	lastScan                  int64          // local ns of the last full scan (the rounds loop only)
 	members                   atomic.Pointer[memberView]
+	// decl is the shrink of its shares this replica decided, declared
+	// or about to be (credit_declare.go); sharePeriod the longest period
+	// of a rule with static shares it holds keys of, store µs.
+	decl        atomic.Pointer[declState]
+	sharePeriod atomic.Int64
 	// feedPushed: the store's feed is read by followFeed, not polled.
 	feedPushed atomic.Bool
 	joined     atomic.Int64 // store µs of this replica's first heartbeat
@@ -253,6 +258,7 @@ func (e *engine) creditFor(key []byte, rule *Rule, now int64) *creditState {
 func (e *engine) newCredit(key string, rule *Rule, now int64) *creditState {
 	var cs *creditState
 	if shareable(rule) {
+		e.noteSharePeriod(rule)
 		x := new(sharedCredit) // one object for the garbage collector, not two
 		cs = &x.creditState
 		cs.share = &x.share
@@ -263,6 +269,19 @@ func (e *engine) newCredit(key string, rule *Rule, now int64) *creditState {
 	cs.capacity = minCapacity(rule)
 	cs.key, cs.rule, cs.ws, cs.nextSync = key, rule, e.windowsOf(rule), now
 	return cs
+}
+
+// noteSharePeriod keeps the longest period of a rule with static shares
+// the engine has seen (store µs): the epochs a shrink must cover
+// (credit_declare.go).
+func (e *engine) noteSharePeriod(rule *Rule) {
+	p := int64(rule.Windows[0].Period / time.Microsecond)
+	for {
+		old := e.sharePeriod.Load()
+		if p <= old || e.sharePeriod.CompareAndSwap(old, p) {
+			return
+		}
+	}
 }
 
 // sharedCredit is the credit state of a key with a static share, its

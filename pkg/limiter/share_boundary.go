@@ -59,6 +59,9 @@ func (e *engine) shareSize(cs *creditState, epoch, now int64) uint64 {
 	if n == 0 {
 		return 0
 	}
+	if dn := e.declaredN(epoch*int64(w.Period), int64(w.Period), n); dn > 0 {
+		n = dn // this replica's shrink covers the epoch (credit_declare.go)
+	}
 	return ShareSize(w, cs.rule.Tuning.share(), n)
 }
 

@@ -211,8 +211,10 @@ func (e *engine) heartbeat(ctx context.Context) {
 		m.Joined = m.Now // a store that does not say
 	}
 	if e.joined.Swap(m.Joined) != m.Joined {
-		e.dropShares() // joined again: its shares are reckoned again, from the incarnations the registry counts
+		e.decl.Store(nil) // the registry dropped its shrink with its lease
+		e.dropShares()    // joined again: its shares are reckoned again, from the incarnations the registry counts
 	}
+	e.declareShrink(ctx, m, e.now())
 }
 
 // learnRoundTrip smooths the duration of store round trips, sync rounds
