@@ -125,7 +125,15 @@
 // sharer has shrunk or left is released. A sharer that died without
 // leaving never shrinks: while more replicas are live than the epoch's
 // sharers, such a key is not released in that epoch, and a newcomer gets
-// what the others' shrinks freed. Sliding windows, token buckets and rules
+// what the others' shrinks freed. Key by key that is four syncs or so
+// for a newcomer's first request of a key, so a sharer that hears of
+// more live replicas than an epoch under way counts shrinks its shares
+// of every key at once: it pushes the share hits of the keys it spent
+// more of than a share at the live count, then declares the shrink in
+// the registry (Store.Declare, Declaration); the newcomers name it in
+// their syncs (SyncItem.Shrunk), the store counts those shares shrunk,
+// and a newcomer's first request of a key borrows in one round
+// (credit_declare.go). Sliding windows, token buckets and rules
 // of several windows are shared by credit alone.
 //
 // A store that loses its state (Redis restarted without persistence, or
