@@ -127,7 +127,7 @@ func declaredShrink(t *testing.T, spent int, cut bool) {
 	if lo < 90 {
 		t.Errorf("a key admitted %d: the budget its shares left was not reached", lo)
 	}
-	if n := st.borrows.Load(); n > 2*keys*3/2 {
+	if n := st.borrows.Load(); !cut && n > 2*keys*3/2 { // cut: the first requests were in the cut
 		t.Errorf("%d borrow items for the newcomers' %d first requests", n, 2*keys)
 	}
 }
