@@ -225,21 +225,9 @@ func (r *KeyRecord) chargeShares(replica string, it *SyncItem, ws []Window, now 
 	}
 	unreported := uint64(max(abs(n)-active-gone, 0))
 	// Of the unreported shares, those of sharers that declared a shrink
-	// count a share at their count (one that left, Gone, holds nothing);
-	// all at S if more declared than are unreported, which no registry
-	// says.
-	var dn, dsum uint64
-	dsettled := 0
-	for id, k := range declared {
-		if !slices.Contains(it.Gone, id) {
-			dn++
-			dsum = satAdd(dsum, ShareSize(w, it.Share, k))
-			if k >= it.Replicas {
-				dsettled++
-			}
-		}
-	}
-	if dn <= unreported {
+	// count a share at their count; all at S if more declared than are
+	// unreported, which no registry says.
+	if dn, dsum, dsettled := unreportedDeclared(it, w, declared); dn <= unreported {
 		h.all = satAdd(h.all, dsum)
 		unreported -= dn
 		settled += dsettled
@@ -319,6 +307,23 @@ func declaredShrinks(it *SyncItem) map[string]int {
 		}
 	}
 	return m
+}
+
+// unreportedDeclared sums up the declared shrinks of sharers with no
+// record counted (declared, less those counted with their records): how
+// many, the shares at their counts, and how many shrank to a share at
+// the caller's live count or at more. One that left (Gone) holds nothing.
+func unreportedDeclared(it *SyncItem, w Window, declared map[string]int) (n, sum uint64, settled int) {
+	for id, k := range declared {
+		if !slices.Contains(it.Gone, id) {
+			n++
+			sum = satAdd(sum, ShareSize(w, it.Share, k))
+			if k >= it.Replicas {
+				settled++
+			}
+		}
+	}
+	return n, sum, settled
 }
 
 func abs(n int) int {
