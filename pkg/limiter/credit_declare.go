@@ -42,9 +42,11 @@ type declState struct {
 	flagged  []*creditState
 }
 
-// shrinkSettle is how far past its decision a shrink begins (At): past
-// the clock's uncertainty, so that no epoch it covers ended, as the
-// store counts, before the replica shrank its shares of it.
+// shrinkSettle is how far past its decision a shrink begins (At), at
+// least: past the clock's uncertainty (clockErr), so that an epoch it
+// covers is, by this replica's clock, one under way or to come, whose
+// shares it shrank; not one it holds for over while the store is still
+// in it.
 const shrinkSettle = 50 * time.Millisecond
 
 // declareShrink decides, after a heartbeat read m, whether this replica
@@ -101,7 +103,8 @@ func (e *engine) shrinkWanted(m Membership, cur *declState) (Declaration, bool) 
 	if !want {
 		return Declaration{}, false
 	}
-	d := Declaration{At: m.Now + int64(shrinkSettle/time.Microsecond), N: live, Until: until}
+	settle := max(int64(shrinkSettle/time.Microsecond), e.clockErr.Load()/1000+1000)
+	d := Declaration{At: m.Now + settle, N: live, Until: until}
 	if cur != nil && cur.d.Until > m.Now-longest {
 		if cur.d.N >= live && cur.d.Until >= until {
 			return Declaration{}, false // covered
