@@ -89,16 +89,17 @@ func (e *engine) shrinkWanted(m Membership, cur *declState) (Declaration, bool) 
 			until = max(until, x.Joined+int64(lease/time.Microsecond))
 		}
 	}
-	want, longest := false, e.sharePeriod.Load()
-	for _, d := range shrinkPeriods {
-		longest = max(longest, int64(d/time.Microsecond))
-	}
-	for _, p := range append(shrinkPeriods[:], time.Duration(e.sharePeriod.Load())*time.Microsecond) {
-		if pu := int64(p / time.Microsecond); pu > 0 && !want {
-			start := m.Now / pu * pu
-			n := m.Sharers(start, pu, lease)
-			want = n > 0 && n < live && m.holds(start, pu, lease)
+	periods := append(shrinkPeriods[:], time.Duration(e.sharePeriod.Load())*time.Microsecond)
+	want, longest := false, int64(0)
+	for _, p := range periods {
+		pu := int64(p / time.Microsecond)
+		if pu <= 0 {
+			continue // no rule with shares seen yet
 		}
+		longest = max(longest, pu)
+		start := m.Now / pu * pu
+		n := m.Sharers(start, pu, lease)
+		want = want || n > 0 && n < live && m.holds(start, pu, lease)
 	}
 	if !want {
 		return Declaration{}, false

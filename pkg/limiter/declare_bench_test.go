@@ -11,13 +11,7 @@ import (
 // minute rule, each a share far from spent, run once per scale-out on
 // the heartbeat's goroutine.
 func BenchmarkApplyShrink(b *testing.B) {
-	l := New(WithStore(nopStore{}, "r"))
-	now := l.now()
-	l.eng.joined.Store(1)
-	far := now/1000 + int64(time.Hour/time.Microsecond)
-	two := Membership{Members: []Member{{Joined: 1, Expires: far}, {Joined: 1, Expires: far}}}
-	l.eng.members.Store(&memberView{m: two, at: now})
-	rule := &Rule{Algorithm: FixedWindow, Windows: []Window{{Limit: 100, Period: time.Minute}}}
+	l, rule := sharerOfTwo()
 	out := make([]Result, 1)
 	const keys = 100000
 	for i := range keys {
