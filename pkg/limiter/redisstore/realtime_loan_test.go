@@ -69,11 +69,13 @@ func TestRealtimeLoanAfterRollingUpdate(t *testing.T) {
 	}
 	t.Logf("%d decisions, %d denied; on the new replica %d, %d local; modes %v", len(calls), denied, onNew, local, rtModes(calls))
 	g.logStats(t)
-	rtNewcomerDenials(t, calls, stalls, func(c rtCall) bool { return c.replica == 1 })
+	excused := rtNewcomerDenials(t, calls, stalls, func(c rtCall) bool { return c.replica == 1 })
 	// Each key gets 4 requests on the new replica, its first a round: 3
-	// of 4 local at best; without loans, none.
-	if local*2 < onNew {
-		t.Errorf("%d of the new replica's %d decisions local, want over half", local, onNew)
+	// of 4 local at best; without loans, none. Requests denied while the
+	// scheduler stalled the process are left out: a CI run beside a CPU
+	// hog had 90 of 470 so (stalls of 170–270 ms), and 209 local.
+	if local*2 < onNew-excused {
+		t.Errorf("%d of the new replica's %d decisions local (%d more denied in stalls), want over half", local, onNew-excused, excused)
 	}
 	rtAssertWithin(t, calls, int(w.Limit), w.Period, start.UnixNano()/int64(w.Period), (end.UnixNano()-1)/int64(w.Period)+1)
 }
@@ -146,10 +148,11 @@ func TestRealtimeScaleOutKeepsShares(t *testing.T) {
 // request waited, it counts against a bound: more of them than a quarter
 // of the newcomers' decisions that waited for a round fails the test.
 // (A CI run beside a CPU hog and the rest of the suite made a third of
-// the test's usual decisions, and denied 106 of 330 so.)
-func rtNewcomerDenials(t *testing.T, calls []rtCall, stalls *rtStalls, isNew func(rtCall) bool) {
+// the test's usual decisions, and denied 106 of 330 so.) It returns how
+// many were denied while the scheduler stalled so.
+func rtNewcomerDenials(t *testing.T, calls []rtCall, stalls *rtStalls, isNew func(rtCall) bool) (excused int) {
 	t.Helper()
-	waited, slow, excused := 0, 0, 0
+	waited, slow := 0, 0
 	for _, c := range calls {
 		wait := time.Duration(c.end - c.start)
 		if isNew(c) && c.mode != limiter.ModeLocal {
@@ -176,4 +179,5 @@ func rtNewcomerDenials(t *testing.T, calls []rtCall, stalls *rtStalls, isNew fun
 		t.Logf("%d of the newcomers' %d requests that waited for a round denied, %d of them while the scheduler stalled %v or more",
 			slow+excused, waited, excused, rtStalledTolerance)
 	}
+	return excused
 }
