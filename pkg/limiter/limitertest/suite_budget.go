@@ -67,7 +67,9 @@ func testSlidingDryUnit(t *testing.T, st limiter.Store) {
 	tight.Algorithm, tight.Replicas = limiter.SlidingWindow, 8
 	expect(t, "no dry unit where the slack is short of a unit each", sync1(t, st, "a", tight).Credit, 0)
 
-	period := 200 * time.Millisecond
+	// A period of a second: the four syncs below fall within it on a
+	// busy machine (200 ms did not, beside a CPU hog).
+	period := time.Second
 	short := item("p", []limiter.Window{{Limit: 6, Period: period}}, 1)
 	short.Algorithm, short.Replicas, short.Denied = limiter.SlidingWindow, 4, 1
 	denial := sync1(t, st, "a", short)
