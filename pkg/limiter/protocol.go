@@ -105,6 +105,9 @@ func (r *KeyRecord) Sync(replica string, it *SyncItem, now int64) SyncResult {
 		r.Windows[i].Roll(w, now)
 		avail = min(avail, satSub(r.Windows[i].Remaining(w, it.Algorithm, now), satAdd(others, held.all)))
 	}
+	if it.sliding() {
+		avail = min(avail, slidingRoom(r.Windows[0], ws[0], held, others, now))
+	}
 	kept := min(it.Unused, own, avail)
 	probed := min(it.Probe, avail-kept)
 	if probed > 0 {
@@ -133,7 +136,7 @@ func (r *KeyRecord) Sync(replica string, it *SyncItem, now int64) SyncResult {
 	out := make([]WindowState, len(r.Windows))
 	copy(out, r.Windows)
 	othersHeld := held.all - held.own
-	c := contended(it, ws, satAdd(grant, lent), others, othersHeld, now)
+	c := contended(it, ws, satAdd(grant, lent), others, satAdd(othersHeld, held.next), now)
 	return SyncResult{Credit: mine, Others: satAdd(others, othersHeld), Held: othersHeld, Windows: out, Now: now, Probed: probed, Pressed: r.Pressed > now,
 		Expires: expires, Contended: c, Gen: r.Gen, Lent: lent, Shrink: c && held.shrinkable}
 }
@@ -311,8 +314,12 @@ func (r *KeyRecord) ExpiresAt(a Algorithm, ws []Window) int64 {
 	}
 	if len(ws) == 1 {
 		w := storeWindows(ws)[0]
+		after := int64(1)
+		if a == SlidingWindow {
+			after = 2 // the records of an epoch count in the next (dropShares)
+		}
 		for _, s := range r.Shares {
-			t = max(t, s.State.FreshAt(w, a), (max(s.Released, s.LentEpoch, s.ShrinkEpoch)+1)*int64(w.Period))
+			t = max(t, s.State.FreshAt(w, a), (max(s.Released, s.LentEpoch, s.ShrinkEpoch)+after)*int64(w.Period))
 		}
 	}
 	return t

@@ -85,8 +85,23 @@ func (rec ShareRecord) shrunk(e int64) bool { return rec.ShrinkN > 0 && rec.Shri
 
 // sharesOf reports whether it gives its rule static shares.
 func sharesOf(it *SyncItem) bool {
-	return it.ShareEpoch > 0 && len(it.Windows) == 1 && it.Algorithm == FixedWindow
+	return it.ShareEpoch > 0 && len(it.Windows) == 1 && (it.Algorithm == FixedWindow || it.Algorithm == SlidingWindow)
 }
+
+// ShareFraction is the part of a window's limit the static shares of one
+// of its epochs hold between them: share (local_allowance, clamped to
+// (0, 1]) for a fixed window, half of it for a sliding window, whose
+// count at an instant adds the epoch before's, weighted, to its own: the
+// shares of two epochs side by side hold at most the limit.
+func ShareFraction(a Algorithm, share float64) float64 {
+	if a == SlidingWindow {
+		return clampShare(share) / 2
+	}
+	return share
+}
+
+// sliding reports an item of a sliding window with shares.
+func (it *SyncItem) sliding() bool { return it.Algorithm == SlidingWindow && sharesOf(it) }
 
 // ShareSize is each replica's static share of window w when n replicas
 // may hold one: ⌊share·Limit/n⌋, share as SyncItem.Share; for a founding
@@ -108,6 +123,9 @@ type heldShares struct {
 	all, own, released uint64
 	returns            int64
 	carry, shrinkable  bool
+	// prev and next, of a sliding window only (slidingShares): what the
+	// shares of the epoch before and of the next one hold.
+	prev, next uint64
 }
 
 // chargeShares records the caller's share hits and release in its share
@@ -124,13 +142,14 @@ func (r *KeyRecord) chargeShares(replica string, it *SyncItem, ws []Window, now 
 		r.Shares = make(map[string]ShareRecord)
 	}
 	epoch := now / int64(w.Period)
+	frac := ShareFraction(it.Algorithm, it.Share)
 	floor := sharesOf(it) && it.ShareFloor != (WindowState{})
 	// A loan of the epoch the replica says it holds and the record does
 	// not (the store lost it) is made again, at most a share: the replica
 	// spends from it.
 	var relend uint64
 	if sharesOf(it) && it.ShareEpoch == epoch && it.Sharers != 0 {
-		relend = min(it.Lent, ShareSize(w, it.Share, it.Sharers))
+		relend = min(it.Lent, ShareSize(w, frac, it.Sharers))
 	}
 	// A shrink of the epoch the replica names, by a sharer of it.
 	shrink := sharesOf(it) && it.ShareEpoch == epoch && it.Sharers > 0 && it.Shrink > it.Sharers
@@ -159,25 +178,27 @@ func (r *KeyRecord) chargeShares(replica string, it *SyncItem, ws []Window, now 
 		}
 		r.Shares[replica] = rec
 	}
-	for id, rec := range r.Shares {
-		if rec.State.FreshAt(w, it.Algorithm) <= now && rec.Released < epoch && rec.LentEpoch < epoch && rec.ShrinkEpoch < epoch {
-			delete(r.Shares, id)
-		}
-	}
+	r.dropShares(it, w, epoch, now)
 	if !sharesOf(it) {
 		return heldShares{}
 	}
-	n := it.Sharers
+	n, prev, next := it.Sharers, it.SharersPrev, it.SharersNext
 	switch epoch {
 	case it.ShareEpoch:
 	case it.ShareEpoch + 1:
-		n = it.SharersNext
+		n, prev, next = it.SharersNext, it.Sharers, unknownSharers
 	default:
-		return heldShares{all: maxExact, returns: maxExact}
+		return heldShares{all: maxExact, returns: maxExact, prev: maxExact, next: maxExact}
 	}
-	size := ShareSize(w, it.Share, n)
+	size := ShareSize(w, frac, n)
 	sw := Window{Limit: size, Period: w.Period}
-	h := heldShares{returns: maxExact, carry: epoch == it.ShareEpoch && it.SharersNext == it.Sharers}
+	// A sliding window's reservations end with the epoch: the next
+	// epoch's shares were counted when they were granted, not those of
+	// the one after, in which what they admit still counts.
+	h := heldShares{returns: maxExact, carry: epoch == it.ShareEpoch && it.SharersNext == it.Sharers && !it.sliding()}
+	if it.sliding() {
+		h.prev, h.next = r.slidingShares(it, w, epoch, prev, next, now)
+	}
 	active, gone, settled := 0, 0, 0
 	var declared map[string]int // sharers' declared shrinks (SyncItem.Shrunk): name → N
 	if epoch == it.ShareEpoch {
@@ -200,11 +221,11 @@ func (r *KeyRecord) chargeShares(replica string, it *SyncItem, ws []Window, now 
 				gone-- // a gone sharer's record counts as any other
 			}
 			if rec.shrunk(epoch) && n > 0 {
-				rw.Limit = min(size, ShareSize(w, it.Share, rec.ShrinkN))
+				rw.Limit = min(size, ShareSize(w, frac, rec.ShrinkN))
 			}
 			k, ok := declared[id]
 			if ok {
-				rw.Limit = min(rw.Limit, ShareSize(w, it.Share, k))
+				rw.Limit = min(rw.Limit, ShareSize(w, frac, k))
 				delete(declared, id) // counted with its record
 			}
 			if rec.Released >= epoch || rec.shrunk(epoch) && rec.ShrinkN >= it.Replicas || ok && k >= it.Replicas ||
@@ -212,7 +233,7 @@ func (r *KeyRecord) chargeShares(replica string, it *SyncItem, ws []Window, now 
 				settled++
 			}
 		}
-		left := rec.State.Remaining(rw, it.Algorithm, now)
+		left := rec.State.Remaining(rw, FixedWindow, now) // a share is of one epoch
 		if rec.Released >= epoch {
 			h.released = satAdd(h.released, left)
 			h.returns = min(h.returns, (rec.Released+1)*int64(w.Period))
@@ -234,7 +255,7 @@ func (r *KeyRecord) chargeShares(replica string, it *SyncItem, ws []Window, now 
 	}
 	h.all = satAdd(h.all, satMul(unreported, size))
 	h.shrinkable = n > 0 && epoch == it.ShareEpoch && it.Replicas > n && settled < n-gone &&
-		ShareSize(w, it.Share, it.Replicas) < size
+		ShareSize(w, frac, it.Replicas) < size
 	return h
 }
 
@@ -267,7 +288,8 @@ func (r *KeyRecord) lend(replica string, it *SyncItem, ws []Window, left uint64,
 	if r.releasedIn(replica, it, epoch) {
 		part = it.Replicas
 	}
-	g := min(ShareSize(ws[0], it.Share, it.Sharers), splitShare(ws[0].Limit, it.Share, it.Replicas), splitShare(left, it.Share, part))
+	frac := ShareFraction(it.Algorithm, it.Share)
+	g := min(ShareSize(ws[0], frac, it.Sharers), ShareSize(ws[0], frac, max(it.Replicas, 1)), splitShare(left, it.Share, part))
 	if g == 0 {
 		return 0, 0
 	}
@@ -317,7 +339,7 @@ func unreportedDeclared(it *SyncItem, w Window, declared map[string]int) (n, sum
 	for id, k := range declared {
 		if !slices.Contains(it.Gone, id) {
 			n++
-			sum = satAdd(sum, ShareSize(w, it.Share, k))
+			sum = satAdd(sum, ShareSize(w, ShareFraction(it.Algorithm, it.Share), k))
 			if k >= it.Replicas {
 				settled++
 			}

@@ -95,10 +95,12 @@ type SyncItem struct {
 	// the window (Membership.Sharers) admits up to ⌊Share·Limit/Sharers⌋
 	// of it with no round trip, SharersNext those of the next epoch, and
 	// the store counts what each has not reported as reserved
-	// (KeyRecord.Sync). Only rules of one fixed window have static shares;
-	// zero means none.
-	ShareEpoch           int64
-	Sharers, SharersNext int
+	// (KeyRecord.Sync). Only rules of one fixed or sliding window have
+	// static shares (a sliding window's are half as large: see
+	// ShareFraction); zero means none. SharersPrev counts those of the
+	// epoch before, whose shares a sliding window still counts in part.
+	ShareEpoch                        int64
+	Sharers, SharersNext, SharersPrev int
 	// Gone names sharers of epoch ShareEpoch that left the registry by
 	// Leave (Membership.Gone): in that epoch, the store counts the share
 	// of one with no record that reports it as holding nothing.

@@ -83,6 +83,7 @@ var suiteCases = []struct {
 	{"ShareLoans", testShareLoans},
 	{"ShareShrink", testShareShrink},
 	{"DeclaredShrink", testDeclaredShrink},
+	{"SlidingShares", testSlidingShares},
 	{"Declare", testDeclare},
 	{"Contention", testContention},
 	{"WaitContention", testWaitContention},

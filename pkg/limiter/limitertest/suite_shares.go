@@ -62,13 +62,11 @@ func testSharesUnreported(t *testing.T, st limiter.Store) {
 	expect(t, "c's others", r.Others, 26+10+48)
 	expect(t, "contended with waiters left short", r.Contended, true)
 
-	for _, name := range []string{"no share epoch", "sliding window", "token bucket", "two windows"} {
+	for _, name := range []string{"no share epoch", "token bucket", "two windows"} {
 		it := shared(name, w, 1000, 4, e)
 		switch name {
 		case "no share epoch":
 			it.ShareEpoch = 0
-		case "sliding window":
-			it.Algorithm = limiter.SlidingWindow
 		case "token bucket":
 			it.Algorithm = limiter.TokenBucket
 		default:

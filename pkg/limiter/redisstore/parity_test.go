@@ -94,6 +94,10 @@ func TestParity(t *testing.T) {
 	if (sum.declared == 0 || sum.declares == 0) && !failed.Load() {
 		t.Error("no item named a declared shrink, or none was declared: Shrunk and Declare went untested")
 	}
+	t.Logf("items of a sliding window with shares: %d", sum.slidingShares)
+	if sum.slidingShares == 0 && !failed.Load() {
+		t.Error("no item of a sliding window had shares: its shares went untested")
+	}
 	if sum.ruleRefs == 0 && !failed.Load() {
 		t.Error("no call named a rule an earlier item gave")
 	}
@@ -359,6 +363,7 @@ func (p *parity) sameRule(items []limiter.SyncItem) {
 		if e.Algorithm == it.Algorithm && reflect.DeepEqual(e.Windows, it.Windows) && p.rng.IntN(2) == 0 {
 			it.Share, it.Replicas, it.Lease = e.Share, e.Replicas, e.Lease
 			it.ShareEpoch, it.Sharers, it.SharersNext, it.Gone, it.Shrunk = e.ShareEpoch, e.Sharers, e.SharersNext, e.Gone, e.Shrunk
+			it.SharersPrev = e.SharersPrev
 			p.tally.ruleRefs++
 			return
 		}
@@ -424,8 +429,11 @@ func (p *parity) count(it *limiter.SyncItem, r limiter.SyncResult) {
 	if r.Expires != r.Now+int64(it.Lease/time.Microsecond) {
 		p.tally.epochEnd++
 	}
-	if it.ShareEpoch > 0 && len(it.Windows) == 1 && it.Algorithm == limiter.FixedWindow && r.Others > 0 {
+	if it.ShareEpoch > 0 && len(it.Windows) == 1 && it.Algorithm != limiter.TokenBucket && r.Others > 0 {
 		p.tally.held++ // a lower bound: others' reservations may make up Others
+	}
+	if it.ShareEpoch > 0 && len(it.Windows) == 1 && it.Algorithm == limiter.SlidingWindow {
+		p.tally.slidingShares++
 	}
 }
 
@@ -438,6 +446,7 @@ type tally struct {
 	gone                                                                  int64 // items naming sharers that left (SyncItem.Gone)
 	declared                                                              int64 // items naming sharers that declared a shrink (SyncItem.Shrunk)
 	declares                                                              int64 // shrinks recorded in the registry (Store.Declare)
+	slidingShares                                                         int64 // items of a sliding window with shares
 	founded                                                               int64 // items of founding epochs (Sharers < 0)
 	borrowed, lent, relent                                                int64 // items asking a loan, replies lending, items saying a loan held
 	shrinking, shrinkable                                                 int64 // items shrinking a share, replies asking sharers to shrink
@@ -455,6 +464,7 @@ func (t *tally) add(o tally) {
 	t.gone += o.gone
 	t.declared += o.declared
 	t.declares += o.declares
+	t.slidingShares += o.slidingShares
 	t.founded += o.founded
 	t.shared += o.shared
 	t.shareHits += o.shareHits
@@ -546,15 +556,15 @@ func (p *parity) floorState(w limiter.Window, a limiter.Algorithm) limiter.Windo
 }
 
 // shares draws an item's static shares, mostly for rules of one fixed
-// window (the others carry them too, now and then: the stores then
-// record share hits and releases but count no shares): the share epoch
+// or sliding window (the others carry them too, now and then: the stores
+// then record share hits and releases but count no shares): the share epoch
 // (mostly the current one, or the one before, whose next may be the
 // store's; now and then one the store has left or not reached, or none),
 // sharers of it and of the next, share hits in the current and previous
 // window (some empty, negative or huge) and a release instant (with no
 // share epoch, a replica releasing a key it does not hold).
 func (p *parity) shares(it *limiter.SyncItem, r limiter.Rule, key string) {
-	single := len(r.Windows) == 1 && r.Algorithm == limiter.FixedWindow
+	single := len(r.Windows) == 1 && r.Algorithm != limiter.TokenBucket
 	if p.rng.IntN(5) == 0 || !single && p.rng.IntN(3) != 0 {
 		return
 	}
@@ -575,6 +585,10 @@ func (p *parity) shares(it *limiter.SyncItem, r limiter.Rule, key string) {
 	if p.rng.IntN(3) == 0 {
 		it.SharersNext = p.rng.IntN(9) - 3
 	}
+	it.SharersPrev = it.Sharers
+	if p.rng.IntN(3) == 0 {
+		it.SharersPrev = p.rng.IntN(9) - 3
+	}
 	if it.Sharers < 0 {
 		p.tally.founded++
 	}
@@ -593,7 +607,7 @@ func (p *parity) shares(it *limiter.SyncItem, r limiter.Rule, key string) {
 	if p.rng.IntN(4) == 0 { // past every epoch's end: credit from released shares lapses first
 		it.Lease = 25 * time.Hour
 	}
-	size := limiter.ShareSize(w, it.Share, it.Sharers)
+	size := limiter.ShareSize(w, limiter.ShareFraction(r.Algorithm, it.Share), it.Sharers)
 	for range p.rng.IntN(4) {
 		var h limiter.Hit
 		switch p.rng.IntN(6) {

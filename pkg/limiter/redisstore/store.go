@@ -162,7 +162,7 @@ const batchKeys = 32
 // twice in most calls, some 5 KB a round of ten keys.
 const (
 	keyArgs  = 18
-	ruleArgs = 14
+	ruleArgs = 15
 )
 
 // checkItem refuses what the maths cannot run: no window, a period under
@@ -206,7 +206,7 @@ func (ra *rateArgs) add(it *limiter.SyncItem) {
 		ra.args = append(ra.args, micros(w.Period), clampU(w.Limit), clampU(w.Capacity(it.Algorithm)))
 	}
 	ra.args = append(ra.args, strconv.FormatFloat(shareOf(it), 'g', -1, 64), max(it.Replicas, 1), micros(it.Lease),
-		clampI(it.ShareEpoch), clampI(int64(it.Sharers)), clampI(int64(it.SharersNext)), len(it.Gone))
+		clampI(it.ShareEpoch), clampI(int64(it.Sharers)), clampI(int64(it.SharersNext)), clampI(int64(it.SharersPrev)), len(it.Gone))
 	for _, g := range it.Gone {
 		ra.args = append(ra.args, g)
 	}
@@ -229,7 +229,7 @@ func shareOf(it *limiter.SyncItem) float64 {
 func sameRule(a, b *limiter.SyncItem) bool {
 	if a.Algorithm != b.Algorithm || shareOf(a) != shareOf(b) || max(a.Replicas, 1) != max(b.Replicas, 1) ||
 		micros(a.Lease) != micros(b.Lease) || a.ShareEpoch != b.ShareEpoch || a.Sharers != b.Sharers ||
-		a.SharersNext != b.SharersNext || len(a.Windows) != len(b.Windows) || !slices.Equal(a.Gone, b.Gone) ||
+		a.SharersNext != b.SharersNext || a.SharersPrev != b.SharersPrev || len(a.Windows) != len(b.Windows) || !slices.Equal(a.Gone, b.Gone) ||
 		!slices.Equal(a.Shrunk, b.Shrunk) {
 		return false
 	}

@@ -26,9 +26,9 @@
 --          the call gave, or 0 and the rule: algorithm (0 fixed, 1
 --          sliding, 2 token bucket), n windows, then per window:
 --          period(µs) limit capacity; share, replicas, lease(µs), share
---          epoch (0: no shares), sharers, sharers of the next epoch
---          (−m: a founding epoch of m founders, ShareSize), n
---          gone, then per gone sharer of the epoch its name, n shrunk,
+--          epoch (0: no shares), sharers, sharers of the next epoch,
+--          sharers of the epoch before (each −m for a founding epoch of
+--          m founders, ShareSize), n gone, then per gone sharer of the epoch its name, n shrunk,
 --          then per sharer that declared a shrink (SyncItem.Shrunk) its
 --          name and count. The
 --          key's fields: unused, want, waiting, denied, n hits, then per
@@ -87,7 +87,7 @@ end
 -- the nrep live, or less if less is left; the loan it holds of se told again; none
 -- after a release of se, of an epoch the store is not in, or of one
 -- without sharers. It returns the loan's size and what of left it took.
-local function lend(rec, ws, se, n, share, nrep, gone, left)
+local function lend(rec, ws, se, n, share, sshare, nrep, gone, left)
   if n == 0 or ws[1].e ~= se then return 0, 0 end
   local r = rec.shares ~= NOSHARES and rec.shares[myshare]
   if r and r.rel >= se then return 0, 0 end
@@ -101,11 +101,50 @@ local function lend(rec, ws, se, n, share, nrep, gone, left)
       break
     end
   end
-  local g = min(share_size(ws[1], share, n), idiv(floor(share * ws[1].limit), nrep), idiv(floor(share * left), part))
+  local g = min(share_size(ws[1], sshare, n), share_size(ws[1], sshare, nrep), idiv(floor(share * left), part))
   if g <= 0 then return 0, 0 end
   r = own_share(rec)
   r.lent, r.le, r.dirty = g, se, true
   return g, g
+end
+
+-- share_fraction is ShareFraction: a sliding window's shares of an epoch
+-- hold half of share between them.
+local function share_fraction(share)
+  if alg == SLIDING then return share / 2 end
+  return share
+end
+
+-- UNKNOWN stands for the sharers of an epoch an item does not say
+-- (unknownSharers).
+local UNKNOWN = -1 / 0
+
+-- KeyRecord.slidingShares: what a sliding window's shares of the epoch
+-- before hold (np sharers) and those of the next epoch (nn, less those
+-- released; UNKNOWN: share of the limit), share the share fraction.
+local function sliding_shares(shares, w, epoch, np, nn, share)
+  local size = share_size(w, share, np)
+  local prev, active, released = 0, 0, 0
+  for _, r in pairs(shares) do
+    if r.rel > epoch then released = released + 1 end
+    local s = {epoch = r.s.epoch, cur = r.s.cur, prev = r.s.prev, tat = r.s.tat}
+    roll(s, w)
+    local loan = r.lent > 0 and r.le == epoch - 1
+    local shrunk = r.kn > 0 and r.ke == epoch - 1
+    if loan or s.prev > 0 or r.rel == epoch - 1 or shrunk then
+      local lim = size
+      if loan then
+        lim = r.lent
+      else
+        active = active + 1
+        if shrunk and np > 0 then lim = min(lim, share_size(w, share, r.kn)) end
+      end
+      if r.rel < epoch - 1 then prev = satadd(prev, satsub(lim, s.prev)) end
+    end
+  end
+  prev = satadd(prev, min(max(math.abs(np) - active, 0) * size, MAXEXACT))
+  if nn == UNKNOWN then return prev, idiv(floor(share * w.limit), 1) end
+  return prev, min(max(math.abs(nn) - released, 0) * share_size(w, share, nn), MAXEXACT)
 end
 
 -- KeyRecord.chargeShares: records this replica's nsh share hits (their
@@ -121,9 +160,10 @@ end
 -- the rest are zero), and whether sharers may shrink their shares to a
 -- share at the nrep live (heldShares.shrinkable), shrink being this
 -- replica's (SyncItem.Shrink).
-local function charge_shares(rec, ws, se, n, nn, gone, share, h, nsh, release, sfloor, lent, nrep, shrink)
-  local has = se > 0 and #ws == 1 and alg == FIXED
-  if not has and nsh == 0 and release == 0 then return 0, 0, 0, 0, false, false, false end
+local function charge_shares(rec, ws, se, n, nn, np, gone, share, h, nsh, release, sfloor, lent, nrep, shrink)
+  local has = se > 0 and #ws == 1 and (alg == FIXED or alg == SLIDING)
+  if not has and nsh == 0 and release == 0 then return 0, 0, 0, 0, false, false, false, 0, 0 end
+  share = share_fraction(share)
   local w = ws[1]
   local epoch = w.e
   local sf = has and sfloor
@@ -156,8 +196,10 @@ local function charge_shares(rec, ws, se, n, nn, gone, share, h, nsh, release, s
     if nsh > 0 or release ~= 0 then r.dirty = true end
   end
   local shares = rec.shares
+  local last = epoch -- dropShares
+  if alg == SLIDING then last = epoch - 1 end
   for f, r in pairs(shares) do
-    if fresh_at(r.s, w) <= now and r.rel < epoch and r.le < epoch and r.ke < epoch then
+    if fresh_at(r.s, w) <= now and r.rel < last and r.le < last and r.ke < last then
       shares[f] = nil
       rec.nshares = rec.nshares - 1
       if r.stored then del(rec, f) end
@@ -165,13 +207,15 @@ local function charge_shares(rec, ws, se, n, nn, gone, share, h, nsh, release, s
       if r.kstored then del(rec, 'k:' .. sub(f, 3)) end
     end
   end
-  if not has then return 0, 0, 0, 0, false, false, false end
+  if not has then return 0, 0, 0, 0, false, false, false, 0, 0 end
   local ng = gone.n -- gone sharers without an active record
   if epoch == se + 1 then
-    n, ng = nn, 0
+    n, ng, np, nn = nn, 0, n, UNKNOWN
   elseif epoch ~= se then -- an epoch the item does not know the sharers of
-    return MAXEXACT, 0, 0, MAXEXACT, false, true, false
+    return MAXEXACT, 0, 0, MAXEXACT, false, true, false, MAXEXACT, MAXEXACT
   end
+  local hprev, hnext = 0, 0
+  if alg == SLIDING then hprev, hnext = sliding_shares(shares, w, epoch, np, nn, share) end
   local size = share_size(w, share, n)
   local all, own, released, returns, active, settled = 0, 0, 0, MAXEXACT, 0, 0
   local declared = epoch == se and gone.declared -- share field → N (SyncItem.Shrunk)
@@ -230,7 +274,7 @@ local function charge_shares(rec, ws, se, n, nn, gone, share, h, nsh, release, s
   end
   all = satadd(all, min(unrep * size, MAXEXACT))
   local shrinkable = n > 0 and epoch == se and nrep > n and settled < n - ng and share_size(w, share, nrep) < size
-  return all, own, released, returns, epoch == se and nn == n, true, shrinkable
+  return all, own, released, returns, epoch == se and nn == n and alg ~= SLIDING, true, shrinkable, hprev, hnext
 end
 
 -- KeyRecord.dryGetsOne: a fixed window's last units go a unit at a time
@@ -307,10 +351,10 @@ local function rule_at(a)
   local share, nrep, lease, se = num4(a)
   if share <= 0 or share > 1 then share = 1 end
   if nrep < 1 then nrep = 1 end
-  local sharers, nnext, ng = num(a + 4), num(a + 5), num(a + 6)
+  local sharers, nnext, nprev, ng = num(a + 4), num(a + 5), num(a + 6), num(a + 7)
   local gone = {n = 0}
   for i = 1, ng do
-    local f = 's:' .. args[a + 6 + i]
+    local f = 's:' .. args[a + 7 + i]
     if not gone[f] then
       gone[f] = true
       gone.n = gone.n + 1
@@ -320,7 +364,7 @@ local function rule_at(a)
   -- if named twice, of counts above the sharers; false if none. They ride
   -- in gone (gone.declared), which the call's later keys of the rule
   -- share: nothing writes to either.
-  a = a + 7 + ng
+  a = a + 8 + ng
   local nd, declared = num(a), false
   for i = 0, nd - 1 do
     local k = tonum(args[a + 2 + 2 * i])
@@ -331,21 +375,22 @@ local function rule_at(a)
     end
   end
   gone.declared = declared
-  return ra, ws, share, nrep, lease, se, sharers, nnext, gone, a + 1 + 2 * nd
+  return ra, ws, share, nrep, lease, se, {sharers, nnext, nprev}, gone, a + 1 + 2 * nd
 end
 
 -- sync applies the item whose arguments start at args[a] to key and
 -- returns its reply and where the next item's arguments start.
 local function sync(key, a)
   local ref = num(a)
-  local ws, share, nrep, lease, se, sharers, nnext, gone
+  local ws, share, nrep, lease, se, ns, gone
   if ref == 0 then
-    alg, ws, share, nrep, lease, se, sharers, nnext, gone, a = rule_at(a + 1)
-    if rules then rules[#rules + 1] = {alg, ws, share, nrep, lease, se, sharers, nnext, gone} end
+    alg, ws, share, nrep, lease, se, ns, gone, a = rule_at(a + 1)
+    if rules then rules[#rules + 1] = {alg, ws, share, nrep, lease, se, ns, gone} end
   else
-    alg, ws, share, nrep, lease, se, sharers, nnext, gone = unpack(rules[ref])
+    alg, ws, share, nrep, lease, se, ns, gone = unpack(rules[ref])
     a = a + 1
   end
+  local sharers = ns[1]
   local nw = #ws
   local unused, want, waiting, denied = num4(a)
   local nh = num(a + 4)
@@ -371,8 +416,8 @@ local function sync(key, a)
   lift(rec, ws, floors, nf, fgen)
   charge(st, ws, hits, nh)
   charge(st, ws, shits, nsh)
-  local held, ownheld, released, returns, carry, has, shrinkable =
-    charge_shares(rec, ws, se, sharers, nnext, gone, share, shits, nsh, release, sfloor, lent, nrep, shrink)
+  local held, ownheld, released, returns, carry, has, shrinkable, hprev, hnext =
+    charge_shares(rec, ws, se, sharers, ns[2], ns[3], gone, share, shits, nsh, release, sfloor, lent, nrep, shrink)
 
   -- A sliding window is pressed for its shortest period from a report of
   -- requests waiting or denied.
@@ -390,6 +435,11 @@ local function sync(key, a)
     local r = satsub(remaining(st[i], ws[i]), reserved)
     if avail == nil or r < avail then avail = r end
   end
+  if has and alg == SLIDING then -- slidingRoom: now, and at the next epoch's start
+    local s = st[1]
+    local r = satsub(remaining({epoch = s.epoch, cur = s.cur, prev = satadd(s.prev, hprev), tat = s.tat}, ws[1]), reserved)
+    avail = min(avail, r, satsub(ws[1].limit, satadd(s.cur, satadd(reserved, hnext))))
+  end
 
   -- 4-6. keep, probe, lend, split, last mile.
   local kept = min(unused, rec.own, avail)
@@ -400,7 +450,7 @@ local function sync(key, a)
   end
   local free = avail - kept
   local loan, took = 0, 0
-  if borrow == 1 and has then loan, took = lend(rec, ws, se, sharers, share, nrep, gone, free) end
+  if borrow == 1 and has then loan, took = lend(rec, ws, se, sharers, share, share_fraction(share), nrep, gone, free) end
   free = free - took
   local grant = min(want, idiv(floor(share * free), nrep))
   if grant == 0 and kept == 0 and want > 0 and dry_gets_one(st, ws, share, nrep, rec.pressed)
@@ -428,7 +478,7 @@ local function sync(key, a)
     del(rec, mine)
   end
   local oheld = held - ownheld
-  local contended = waiting > satadd(grant, loan) and (oheld > 0 or (has and rec.others > 0))
+  local contended = waiting > satadd(grant, loan) and (satadd(oheld, hnext or 0) > 0 or (has and rec.others > 0))
   if has and ws[1].e ~= se then contended = false end
   local c = 0
   if contended then c = shrinkable and 2 or 1 end

@@ -361,8 +361,10 @@ local function save(key, rec, ws, credit, expires, oheld, contended, lent, probe
     out[4 * i + 7], out[4 * i + 8], out[4 * i + 9], out[4 * i + 10] = s.epoch, s.cur, s.prev, s.tat
   end
   if nw == 1 then
+    -- a sliding window's records of an epoch count in the next
+    local after = alg == SLIDING and 2 or 1
     for _, r in pairs(rec.shares) do
-      x = max(x, fresh_at(r.s, ws[1]), (max(r.rel, r.le, r.ke) + 1) * ws[1].p)
+      x = max(x, fresh_at(r.s, ws[1]), (max(r.rel, r.le, r.ke) + after) * ws[1].p)
     end
   end
   -- Past 2^53 the state is not one the maths produce; never let it wrap

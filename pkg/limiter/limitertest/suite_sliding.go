@@ -1,0 +1,61 @@
+package limitertest
+
+import (
+	"testing"
+	"time"
+
+	"github.com/ratelimit-svc/ratelimit-svc/pkg/limiter"
+)
+
+// testSlidingShares: a sliding window's shares of an epoch hold half the
+// limit between them, and the store counts beside them the shares of the
+// epoch before, weighted as the window's previous count, and those of
+// the next epoch, which the window counts whole at that epoch's start
+// with what this one admitted. A replica that releases its share of the
+// next epoch frees it for credit; an item of the epoch before the
+// store's, which does not say the next epoch's sharers, counts half the
+// limit for them.
+func testSlidingShares(t *testing.T, st limiter.Store) {
+	w := limiter.Window{Limit: 100, Period: time.Hour}
+	e := epochOf(t, st, w)
+	p := int64(time.Hour / time.Microsecond)
+	it := shared("k", w, 1000, 4, e) // S = ⌊50/4⌋ = 12
+	it.Algorithm, it.Replicas, it.SharersPrev = limiter.SlidingWindow, 4, 0
+	r := sync1(t, st, "a", it)
+	// now: 100 − 4·12 = 52; at the next epoch's start: 100 − 48 − 48 = 4
+	expect(t, "credit beside this epoch's and the next's shares", r.Credit, 1)
+	expect(t, "others: this epoch's shares", r.Others, 48)
+	expect(t, "expires with the epoch", r.Expires, min(r.Now+minute, (e+1)*p))
+
+	it.Key, it.Want, it.Waiting = "waiters", 10, 10
+	r = sync1(t, st, "a", it)
+	expect(t, "waiters get what fits at the next epoch's start", r.Credit, 4)
+	expect(t, "contended: the next epoch's shares hold the rest", r.Contended, true)
+
+	rel := shared("rel", w, 0, 4, e)
+	rel.Algorithm, rel.Replicas = limiter.SlidingWindow, 4
+	for _, id := range []string{"b", "c", "d"} {
+		rel.Release = (e + 1) * p // through the next epoch
+		sync1(t, st, id, rel)
+	}
+	rel.Release, rel.Want, rel.Waiting = 0, 100, 100
+	r = sync1(t, st, "a", rel)
+	expect(t, "three shares released through the next epoch: 100 − 12 − 12", r.Credit, 76)
+	expect(t, "a's others: its own share, which it never reported", r.Others, 12)
+
+	prev := shared("prev", w, 0, 4, e)
+	prev.Algorithm, prev.Replicas, prev.SharersPrev = limiter.SlidingWindow, 4, 4
+	prev.ShareHits = []limiter.Hit{{At: e*p - 1, N: 5}} // a's of the epoch before
+	prev.Waiting, prev.Want = 100, 100
+	r = sync1(t, st, "a", prev)
+	// the epoch before: 5 pushed, and 12 − 5 + 3·12 = 43 held, weighted
+	left := uint64(p - (r.Now - e*p))
+	weighted := ((5+43)*left + uint64(p) - 1) / uint64(p)
+	expect(t, "the epoch before's shares and hits, weighted", r.Credit, min(100-48-weighted, 4))
+	expect(t, "the previous count", r.Windows[0].Prev, 5)
+
+	late := shared("late", w, 0, 4, e-1) // an item of the epoch before the store's
+	late.Algorithm, late.Replicas, late.Waiting, late.Want = limiter.SlidingWindow, 4, 100, 100
+	r = sync1(t, st, "a", late)
+	expect(t, "the next epoch's sharers not known: half the limit", r.Credit, min(100-48-(48*left+uint64(p)-1)/uint64(p), 100-48-50))
+}

@@ -1,0 +1,102 @@
+package limiter
+
+// Static shares of a sliding window, the store's side. A sliding window
+// counts at an instant its own epoch's units and the epoch before's,
+// weighted by the part of it still inside the window. Its static shares
+// are shares of one epoch each, as a fixed window's, spent and counted
+// epoch by epoch; but they hold ShareFraction, half of share·L, between
+// them, so that the shares of two epochs side by side hold at most the
+// limit. On top of a fixed window's sum, the store counts:
+//
+//   - the shares of the epoch before (prev), weighted like the window's
+//     own previous count: what its sharers and borrowers may have
+//     admitted of them and not pushed;
+//   - the shares of the next epoch (next): at that epoch's start, the
+//     window counts this epoch's units whole, and the next epoch's
+//     sharers spend their shares with no round trip. A unit granted now
+//     is still counted then, so it is granted only if it fits beside
+//     them; and a reservation lapses with the epoch (heldShares.carry),
+//     as the shares of the epoch after the next were not counted.
+//
+// So the budget a sync of epoch e may grant or probe is
+//
+//	min(L − (cur + ⌈(prev + held_prev)·w⌉ + reserved + held),
+//	    L − (cur + reserved + held + held_next))
+//
+// A replica that needs more than its share releases its share of the
+// next epoch with its sync (SyncItem.Release in it), as the replicas that
+// read the key contended do: the next epoch's shares then hold nothing of
+// the budget, and a key at its limit is shared by credit alone.
+
+// unknownSharers stands for the sharers of an epoch an item does not
+// say (it was made in the epoch before the store's): their shares hold
+// at most ShareFraction of the limit between them, however many they are.
+const unknownSharers = int(^uint(0) >> 1)
+
+// dropShares forgets the share records that no longer count at now, in
+// epoch: a record whose share hits the window no longer counts, and
+// whose release, loan and shrink are of an epoch over. A sliding
+// window's records of the epoch before still count (slidingShares).
+func (r *KeyRecord) dropShares(it *SyncItem, w Window, epoch, now int64) {
+	last := epoch
+	if it.Algorithm == SlidingWindow {
+		last = epoch - 1
+	}
+	for id, rec := range r.Shares {
+		if rec.State.FreshAt(w, it.Algorithm) <= now && rec.Released < last && rec.LentEpoch < last && rec.ShrinkEpoch < last {
+			delete(r.Shares, id)
+		}
+	}
+}
+
+// slidingShares sums up, for a sliding window in epoch, what the shares
+// of the epoch before hold (nPrev sharers; a record that reported share
+// hits, released or shrank in it counts as its record says, a loan of it
+// as the loan) and what those of the next epoch hold (nNext sharers, less
+// those that released their share of it; unknownSharers: ShareFraction
+// of the limit).
+func (r *KeyRecord) slidingShares(it *SyncItem, w Window, epoch int64, nPrev, nNext int, now int64) (prev, next uint64) {
+	frac := ShareFraction(it.Algorithm, it.Share)
+	size := ShareSize(w, frac, nPrev)
+	active, released := 0, 0
+	for _, rec := range r.Shares {
+		if rec.Released > epoch {
+			released++
+		}
+		s := rec.State
+		s.Roll(w, now)
+		loan := rec.lent(epoch - 1)
+		if !loan && s.Prev == 0 && rec.Released != epoch-1 && !rec.shrunk(epoch-1) {
+			// With the unreported shares, if a sharer of it: a release
+			// of a later epoch says nothing of this one.
+			continue
+		}
+		lim := size
+		if loan {
+			lim = rec.Lent
+		} else {
+			active++
+			if rec.shrunk(epoch-1) && nPrev > 0 {
+				lim = min(lim, ShareSize(w, frac, rec.ShrinkN))
+			}
+		}
+		if rec.Released < epoch-1 {
+			prev = satAdd(prev, satSub(lim, s.Prev))
+		}
+	}
+	prev = satAdd(prev, satMul(uint64(max(abs(nPrev)-active, 0)), size))
+	if nNext == unknownSharers {
+		return prev, splitShare(w.Limit, frac, 1)
+	}
+	return prev, satMul(uint64(max(abs(nNext)-released, 0)), ShareSize(w, frac, nNext))
+}
+
+// slidingRoom is what a sliding window of state c (rolled to now) has
+// room for beside reserved units of reservations and the shares h holds:
+// now, and at the next epoch's start.
+func slidingRoom(c WindowState, w Window, h heldShares, reserved uint64, now int64) uint64 {
+	taken := satAdd(reserved, h.all)
+	c.Prev = satAdd(c.Prev, h.prev)
+	room := satSub(c.Remaining(w, SlidingWindow, now), taken)
+	return min(room, satSub(w.Limit, satAdd(c.Cur, satAdd(taken, h.next))))
+}
