@@ -46,7 +46,7 @@ const contWalkEvery = time.Second
 type contention struct {
 	rule     *Rule // as published: algorithm and windows
 	epoch    int64 // the epoch it was read in (store clock)
-	released int64 // the epoch released for a key this replica does not hold
+	released int64 // the last epoch released for a key this replica does not hold
 	fresh    bool  // read again since the key last handed back its credit
 	// shrink: published to shrink the shares to a share at that live
 	// count (Contended.Shrink, the most read); plain: to release them.
@@ -71,8 +71,9 @@ type contWork struct {
 	rules    map[contRule]*Rule
 }
 
-// contRule identifies a published rule: one fixed window.
+// contRule identifies a published rule: one fixed or sliding window.
 type contRule struct {
+	alg    Algorithm
 	limit  uint64
 	period time.Duration
 }
@@ -85,17 +86,17 @@ func (e *engine) queue(key string, x *contention) {
 	}
 }
 
-// contRuleOf is the one Rule of the published fixed window w, shared by
-// every entry of it. e.contMu must be held.
-func (e *engine) contRuleOf(w Window) *Rule {
-	k := contRule{w.Limit, w.Period}
+// contRuleOf is the one Rule of the published window w of algorithm a,
+// shared by every entry of it. e.contMu must be held.
+func (e *engine) contRuleOf(a Algorithm, w Window) *Rule {
+	k := contRule{a, w.Limit, w.Period}
 	if r := e.work.rules[k]; r != nil {
 		return r
 	}
 	if e.work.rules == nil || len(e.work.rules) >= maxRuleWindows {
 		e.work.rules = make(map[contRule]*Rule)
 	}
-	r := &Rule{Algorithm: FixedWindow, Windows: []Window{w}}
+	r := &Rule{Algorithm: a, Windows: []Window{w}}
 	e.work.rules[k] = r
 	return r
 }
@@ -156,12 +157,16 @@ func (e *engine) contendAll(cs []Contended) {
 	snow := e.storeNow(e.now())
 	shrink := false
 	for _, c := range cs {
-		if len(c.Windows) == 1 && c.Algorithm == FixedWindow && c.Windows[0].Period >= time.Microsecond {
+		if len(c.Windows) == 1 && (c.Algorithm == FixedWindow || c.Algorithm == SlidingWindow) && c.Windows[0].Period >= time.Microsecond {
 			at := snow
 			if c.At > 0 {
 				at = c.At
 			}
-			shrink = e.contend(c, at/int64(c.Windows[0].Period/time.Microsecond), c.Shrink) || shrink
+			k := c.Shrink
+			if c.Algorithm == SlidingWindow {
+				k = 0 // a sliding window's shares are released, not shrunk
+			}
+			shrink = e.contend(c, at/int64(c.Windows[0].Period/time.Microsecond), k) || shrink
 		}
 	}
 	if shrink {
@@ -182,7 +187,7 @@ func (e *engine) contend(c Contended, epoch int64, shrink int) bool {
 		if len(e.contended) >= maxContended || int64(len(e.contended)) >= e.keys.max {
 			return false
 		}
-		x = &contention{rule: e.contRuleOf(c.Windows[0])}
+		x = &contention{rule: e.contRuleOf(c.Algorithm, c.Windows[0])}
 		e.contended[c.Key] = x
 		e.contN.Store(int64(len(e.contended)))
 	}
@@ -267,30 +272,44 @@ func (e *engine) releaseOne(key string, x *contention, snow, now int64, items *[
 	p := int64(x.rule.Windows[0].Period / time.Microsecond)
 	epoch := snow / p
 	if epoch != x.epoch {
-		if epoch > x.epoch {
+		// Kept through the last epoch a bare release gave up (a sliding
+		// window's next): a key made then takes the release (initShare).
+		if epoch > x.epoch && epoch > x.released {
 			delete(e.contended, key)
 			e.contN.Store(int64(len(e.contended)))
 		}
 		return epoch < x.epoch
 	}
 	n := max(int(e.replicas.Load()), x.shrink)
-	if x.released == epoch || !x.plain && !x.fresh && x.shrunk >= n {
+	// The last epoch a release gives up: for a sliding window, the next
+	// one too if this replica holds a share of it (its sharers are those
+	// of this epoch, shareBase; share_sliding.go).
+	through := epoch
+	if x.rule.Algorithm == SlidingWindow && e.sharers(epoch*p, p, now) != 0 {
+		through = epoch + 1
+	}
+	if x.released >= through || !x.plain && !x.fresh && x.shrunk >= n {
 		// Released, or shrunk by an item of its own to n: a key made
 		// since started so (initShare).
 		return false
 	}
-	sharer := e.sharers(epoch*p, p, now) != 0
+	base := shareBase(x.rule.Algorithm, epoch*p, p)
+	sharer := e.sharers(base, p, now) != 0
 	if ent := e.keys.getString(key); ent != nil {
-		if cs := ent.cs.Load(); cs != nil && cs.share != nil && (sharer || cs.share.lentOf(epoch)) {
+		if cs := ent.cs.Load(); cs != nil && cs.share != nil && (sharer || through > epoch || cs.share.lentOf(epoch)) {
 			var asked bool
 			switch {
 			case x.plain:
-				asked = cs.share.askRelease(epoch)
+				asked = cs.share.askRelease(through)
 			case x.shrink > 0 && sharer:
 				asked = e.askShrink(cs, epoch, n, x.fresh, now)
 			}
-			if x.fresh && cs.credit.Load() > 0 {
-				cs.yield.Store(true) // hand back the unused credit too
+			if x.fresh && cs.credit.Load() > 0 && x.rule.Algorithm == FixedWindow {
+				// Hand back the unused credit too. A sliding window's
+				// credit lasts to its next sync, and is handed out a unit
+				// at a time near the limit (dryGetsOne): handed back, it
+				// would leave this replica's requests to wait.
+				cs.yield.Store(true)
 				asked = true
 			}
 			if asked {
@@ -301,10 +320,10 @@ func (e *engine) releaseOne(key string, x *contention, snow, now int64, items *[
 		}
 	}
 	x.fresh = false // no credit to hand back: the key is not held
-	if !sharer {
+	if !sharer && through == epoch {
 		return false // no share or loan of this epoch to release
 	}
-	e.bareItem(key, x, epoch, p, n, snow, now, items)
+	e.bareItem(key, x, epoch, through, p, n, snow, now, items)
 	return false
 }
 
@@ -313,12 +332,14 @@ func (e *engine) releaseOne(key string, x *contention, snow, now int64, items *[
 // not hold, once: a release if published to release, a shrink to a
 // share at the n live if only to shrink and n is more than the epoch's
 // sharers (or than a shrink made before). e.contMu must be held.
-func (e *engine) bareItem(key string, x *contention, epoch, p int64, n int, snow, now int64, items *[]SyncItem) {
+func (e *engine) bareItem(key string, x *contention, epoch, through, p int64, n int, snow, now int64, items *[]SyncItem) {
 	switch {
 	case x.plain:
-		x.released = epoch
+		x.released = through
+		// One that holds no share of epoch gives the next one's up ahead.
+		ahead := through > epoch && e.sharers(shareBase(x.rule.Algorithm, epoch*p, p), p, now) == 0
 		*items = append(*items, SyncItem{Key: key, Algorithm: x.rule.Algorithm, Windows: x.rule.Windows,
-			Replicas: n, Lease: lease, Release: snow})
+			Replicas: n, Lease: lease, Release: max(snow, x.released*p), ReleaseAhead: ahead})
 	case x.shrink > 0 && n > x.shrunk:
 		mv := e.members.Load()
 		k := mv.sharers(epoch*p, p)
@@ -351,7 +372,8 @@ func (e *engine) unrelease(items []SyncItem) {
 }
 
 // askRelease asks for the release of the share through epoch unless it
-// is released or asked for already, and reports whether it asked.
+// is released or asked for already, and reports whether it asked. The
+// sync that takes it releases through the epoch it reckons (releaseUpTo).
 func (sh *shareState) askRelease(epoch int64) bool {
 	sh.mu.Lock()
 	defer sh.mu.Unlock()

@@ -293,7 +293,7 @@ func (cs *creditState) take(n, floor int64) (int64, bool) {
 func (e *engine) refund(cs *creditState, n, now int64) {
 	cs.deniedTo.Store(0) // the window may have room again
 	if cs.share != nil {
-		n -= cs.share.refundShare(cs.ws[0], cs.rule.Algorithm, n, e.storeNow(now))
+		n -= cs.share.refundShare(cs.ws[0], FixedWindow, n, e.storeNow(now))
 	}
 	if n > 0 {
 		cs.refund(n, cs.refundable(e.storeNow(now)))

@@ -145,7 +145,8 @@ func (e *engine) shrinkKey(cs *creditState, d Declaration) bool {
 	defer sh.mu.Unlock()
 	w := cs.ws[0]
 	p := int64(w.Period)
-	if sh.epoch < 0 || sh.size == 0 || sh.has(flagLent) || sh.released >= sh.epoch ||
+	if cs.rule.Algorithm != FixedWindow || // a sliding window's shares are not shrunk
+		sh.epoch < 0 || sh.size == 0 || sh.has(flagLent) || sh.released >= sh.epoch ||
 		!d.covers(sh.epoch*p, p, int(sh.sharers)) {
 		return false
 	}
@@ -153,8 +154,8 @@ func (e *engine) shrinkKey(cs *creditState, d Declaration) bool {
 		sh.setShrinkN(d.N)
 	}
 	sh.roll(w, sh.epoch*p)
-	sh.size = sh.shrunkSize(w, cs.rule.Tuning.share(), sh.size)
-	small := ShareSize(w, cs.rule.Tuning.share(), d.N)
+	sh.size = sh.shrunkSize(w, cs.rule.shareFraction(), sh.size)
+	small := ShareSize(w, cs.rule.shareFraction(), d.N)
 	spent := sh.state.Cur
 	if sh.state.Epoch != sh.epoch {
 		spent = 0

@@ -27,6 +27,7 @@ func (e *engine) loanFields(cs *creditState, it *SyncItem, mv *memberView, snow,
 	}
 	p := int64(cs.ws[0].Period)
 	ep := snow / p
+	base := shareBase(cs.rule.Algorithm, ep*p, p)
 	sh.mu.Lock()
 	held, released := sh.has(flagLent) && sh.epoch == ep, sh.released >= ep
 	size := sh.size
@@ -35,8 +36,8 @@ func (e *engine) loanFields(cs *creditState, it *SyncItem, mv *memberView, snow,
 	case released:
 	case held:
 		it.Lent = size
-	case len(cs.waiters) > 0 && mv.fresh(now) && mv.sharers(ep*p, p) != 0 && mv.m.foundersDue(ep*p, p, lease) == 0 &&
-		e.sharersIn(mv, ep*p, p, now) == 0:
+	case len(cs.waiters) > 0 && mv.fresh(now) && mv.sharers(base, p) != 0 && mv.m.foundersDue(base, p, lease) == 0 &&
+		e.sharersIn(mv, base, p, now) == 0:
 		it.Borrow = true
 	}
 }

@@ -25,6 +25,21 @@ type memberView struct {
 	at int64
 }
 
+// shareBase is the start of the epoch whose sharers (Membership.Sharers)
+// hold the static shares of the epoch of a window of algorithm a and
+// period that began at start: that epoch for a fixed window, the one
+// before for a sliding window. So a sliding window's sharers of the next
+// epoch are known once the current one begins, and the store counts
+// their shares now (share_sliding.go); a replica holds a share of a
+// sliding window from the second epoch that begins a lease after it
+// joined.
+func shareBase(a Algorithm, start, period int64) int64 {
+	if a == SlidingWindow {
+		return start - period
+	}
+	return start
+}
+
 // sharers is n for an epoch that began at start of a window of period
 // (both store µs), from copy mv (Membership.Sharers): what a sync tells
 // the store to count; 0 without a copy.

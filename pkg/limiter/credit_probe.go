@@ -90,7 +90,7 @@ func (e *engine) probeFor(cs *creditState, snow, now int64) int64 {
 			return 0
 		}
 	}
-	if cs.share != nil && e.sharers(snow/int64(cs.ws[0].Period)*int64(cs.ws[0].Period), int64(cs.ws[0].Period), now) != 0 {
+	if p := int64(cs.ws[0].Period); cs.share != nil && e.sharers(shareBase(cs.rule.Algorithm, snow/p*p, p), p, now) != 0 {
 		return 0 // its share serves it, or the share's own waits apply
 	}
 	for _, w := range cs.waiters {
@@ -100,8 +100,9 @@ func (e *engine) probeFor(cs *creditState, snow, now int64) int64 {
 }
 
 // sharesHeld is what the sharers of the epoch of snow hold of a key with
-// static shares by the registry as last heard: the whole window when the
-// copy is too old to count them.
+// static shares by the registry as last heard (a sliding window's, with
+// those of the next epoch): the whole window when the copy is too old to
+// count them.
 func (e *engine) sharesHeld(cs *creditState, snow, now int64) uint64 {
 	w := cs.ws[0]
 	mv := e.members.Load()
@@ -109,12 +110,15 @@ func (e *engine) sharesHeld(cs *creditState, snow, now int64) uint64 {
 		return w.Limit
 	}
 	p := int64(w.Period)
-	n := mv.sharers(snow/p*p, p)
-	if n == 0 {
-		return 0
+	held := func(start int64) uint64 {
+		n := mv.sharers(shareBase(cs.rule.Algorithm, start, p), p)
+		return satMul(ShareSize(w, cs.rule.shareFraction(), n), uint64(max(n, -n)))
 	}
-	size := ShareSize(w, cs.rule.Tuning.share(), n)
-	return satMul(size, uint64(max(n, -n)))
+	h := held(snow / p * p)
+	if cs.rule.Algorithm == SlidingWindow {
+		h = satAdd(h, held(snow/p*p+p))
+	}
+	return h
 }
 
 // probeWant is the credit a round that probes asks for: none when want

@@ -32,6 +32,10 @@ type shareState struct {
 	// (spent, released, not held this epoch): the hot path skips it.
 	none     atomic.Int64
 	pendingN atomic.Int64 // share units admitted, not yet pushed
+	// keep is the local ns until which the sweep keeps the key: the end
+	// of a later epoch whose share it released (share_sliding.go), which
+	// a key made anew would hold whole. Zero: none.
+	keep atomic.Int64
 
 	mu       sync.Mutex
 	state    WindowState // this replica's share admits, in store µs
@@ -72,11 +76,12 @@ func (sh *shareState) set(f uint32)      { sh.flags.Or(f) }
 func (sh *shareState) unset(f uint32) bool { return sh.flags.And(^f)&f != 0 }
 
 // shareable reports whether rule's keys hold static shares: rules of one
-// fixed window. A sliding window's count carries the previous epoch's
-// admits, which shares that appear in an epoch (a replica joins) would
-// find already spent; a token bucket has no epochs to fix them in.
+// fixed or sliding window (a sliding window's shares of an epoch hold half
+// of it, ShareFraction, and are spent epoch by epoch as a fixed window's).
+// A token bucket has no epochs to fix them in, and a rule of several
+// windows would need a share of each.
 func shareable(rule *Rule) bool {
-	return len(rule.Windows) == 1 && rule.Algorithm == FixedWindow
+	return len(rule.Windows) == 1 && (rule.Algorithm == FixedWindow || rule.Algorithm == SlidingWindow)
 }
 
 // spendShare admits n units from key cs's static share; a dry run only
@@ -133,8 +138,8 @@ func (e *engine) spendShare(cs *creditState, n, now int64, dry bool) (bool, int6
 	}
 	sw := Window{Limit: size, Period: w.Period}
 	sh.roll(sw, snow)
-	if sh.state.Wait(sw, cs.rule.Algorithm, snow, uint64(n)) != 0 {
-		if cs.rule.Algorithm == FixedWindow && sh.state.Remaining(sw, FixedWindow, snow) == 0 {
+	if sh.state.Wait(sw, FixedWindow, snow, uint64(n)) != 0 { // a share is of one epoch
+		if sh.state.Remaining(sw, FixedWindow, snow) == 0 {
 			sh.none.Store(e.localOf((ep + 1) * p))
 		}
 		return false, 0
@@ -142,14 +147,14 @@ func (e *engine) spendShare(cs *creditState, n, now int64, dry bool) (bool, int6
 	if dry {
 		return true, 0
 	}
-	sh.state.Charge(sw, cs.rule.Algorithm, snow, uint64(n))
+	sh.state.Charge(sw, FixedWindow, snow, uint64(n))
 	if k := len(sh.pending) - 1; k >= 0 && sh.pending[k].At/p == ep {
 		sh.pending[k] = Hit{At: snow, N: sh.pending[k].N + n}
 	} else {
 		sh.pending = append(sh.pending, Hit{At: snow, N: n})
 	}
 	sh.pendingN.Add(n)
-	if left := sh.state.Remaining(sw, cs.rule.Algorithm, snow); left <= max(size/8, 1) && cs.credit.Load() <= 0 &&
+	if left := sh.state.Remaining(sw, FixedWindow, snow); left <= max(size/8, 1) && cs.credit.Load() <= 0 &&
 		cs.kicked.CompareAndSwap(false, true) {
 		// Nearly spent: credit beyond the share is asked for ahead of the
 		// request that needs it, as at half credit.
@@ -220,7 +225,11 @@ func (sh *shareState) refundShare(w Window, a Algorithm, n, snow int64) int64 {
 // for, into it. The release takes effect here: from now on the share of
 // this epoch is not used. sharer says whether this replica holds a share
 // of the epoch of snow; a replica that does not has nothing to release.
-func (sh *shareState) takeShare(it *SyncItem, snow int64, w Window, sharer bool) {
+// upTo is the last epoch a release asked for gives up: the epoch of snow,
+// or for a sliding window the next one if this replica holds a share of
+// it (share_sliding.go); a replica that holds none of the epoch of snow
+// gives the next one's up ahead (SyncItem.ReleaseAhead).
+func (sh *shareState) takeShare(it *SyncItem, snow int64, w Window, sharer bool, upTo int64) {
 	if sh == nil {
 		return
 	}
@@ -237,19 +246,26 @@ func (sh *shareState) takeShare(it *SyncItem, snow int64, w Window, sharer bool)
 	// (a round that failed) by the replica that made it; a share of an
 	// epoch this replica no longer holds is released unasked.
 	ep := snow / int64(w.Period)
-	if sh.unset(flagRelease) && (sharer || sh.released >= ep) || !sharer && (sh.stray(ep) || sh.lentIn(ep)) {
-		sh.released = ep
+	switch {
+	case sh.unset(flagRelease) && (sharer || sh.released >= ep || upTo > ep):
+		sh.released = max(sh.released, upTo)
 		sh.none.Store(0)
-		it.Release = snow
-	} else if sh.released >= ep {
+	case !sharer && (sh.stray(ep) || sh.lentIn(ep)):
+		sh.released = max(sh.released, ep)
+		sh.none.Store(0)
+	case sh.released >= ep:
 		// Said again with every sync of the epoch: a store that lost its
 		// records would count the share as held by this replica, which
 		// will not spend it, for the rest of the epoch.
-		it.Release = snow
-	} else if sharer {
-		sh.unset(flagShrink)
-		sh.shrinkField(it, ep)
+	default:
+		if sharer {
+			sh.unset(flagShrink)
+			sh.shrinkField(it, ep)
+		}
+		return
 	}
+	it.Release = max(snow, sh.released*int64(w.Period)) // in the last epoch released
+	it.ReleaseAhead = !sharer && sh.released > ep
 }
 
 // stray reports share hits in epoch ep, of which this replica holds no
@@ -352,7 +368,7 @@ func (cs *creditState) stillUsed(now int64) (bool, int64) {
 	if cs.share == nil {
 		return false, 0
 	}
-	until := cs.lastUse.Load() + 2*int64(maxPeriod(cs.rule))
+	until := max(cs.lastUse.Load()+2*int64(maxPeriod(cs.rule)), cs.share.keep.Load())
 	return until > now, until
 }
 

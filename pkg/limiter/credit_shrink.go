@@ -96,13 +96,13 @@ func (e *engine) reckonEpoch(cs *creditState, ep, now int64) {
 	sh := cs.share
 	w := cs.ws[0]
 	p := int64(w.Period)
-	k, recheck, known := e.reckonShare(ep*p, p, now)
+	k, recheck, known := e.reckonShare(shareBase(cs.rule.Algorithm, ep*p, p), p, now)
 	if sh.epoch != ep && sh.epoch != -1 {
 		sh.setShrinkN(0) // a shrink is of its epoch
 	}
 	sh.epoch, sh.sharers, sh.size, sh.recheck = ep, int32(k), 0, recheck
 	sh.unset(flagLent) // a loan lapses with its epoch
-	if dn := e.declaredN(ep*p, p, k); dn > sh.shrinkN() {
+	if dn := e.declaredN(ep*p, p, k); dn > sh.shrinkN() && cs.rule.Algorithm == FixedWindow {
 		sh.setShrinkN(dn) // this replica's shrink covers the epoch (credit_declare.go)
 	}
 	if !known {
@@ -113,7 +113,7 @@ func (e *engine) reckonEpoch(cs *creditState, ep, now int64) {
 		sh.epoch = -1
 	} else if k != 0 {
 		sh.roll(w, ep*p)
-		sh.size = sh.shrunkSize(w, cs.rule.Tuning.share(), ShareSize(w, cs.rule.Tuning.share(), k))
+		sh.size = sh.shrunkSize(w, cs.rule.shareFraction(), ShareSize(w, cs.rule.shareFraction(), k))
 	}
 }
 

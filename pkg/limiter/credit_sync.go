@@ -96,10 +96,18 @@ func (e *engine) prepare(cs *creditState, now int64) SyncItem {
 		// founding epoch change as its founders become known.
 		mv := e.members.Load()
 		p := int64(cs.ws[0].Period)
-		cs.share.takeShare(&it, snow, cs.ws[0], e.sharersIn(mv, snow/p*p, p, now) != 0 || cs.share.holdsLoan(cs.ws[0], snow))
+		upTo := e.releaseUpTo(cs, mv, snow, now)
+		base := shareBase(cs.rule.Algorithm, snow/p*p, p)
+		cs.share.takeShare(&it, snow, cs.ws[0], e.sharersIn(mv, base, p, now) != 0 || cs.share.holdsLoan(cs.ws[0], snow), upTo)
+		if it.Release/p > snow/p {
+			cs.share.keep.Store(now + ((it.Release/p+1)*p-snow)*1000)
+		}
 		it.ShareEpoch = snow / p
-		it.Sharers, it.SharersNext = mv.sharers(it.ShareEpoch*p, p), mv.sharers((it.ShareEpoch+1)*p, p)
-		it.Gone, it.Shrunk = mv.gone(it.ShareEpoch*p, p), mv.shrunk(it.ShareEpoch*p, p)
+		it.Sharers, it.SharersNext, it.SharersPrev = mv.sharers(base, p), mv.sharers(base+p, p), mv.sharers(base-p, p)
+		it.Gone = mv.gone(base, p)
+		if cs.rule.Algorithm == FixedWindow {
+			it.Shrunk = mv.shrunk(base, p) // a sliding window's shares are not shrunk
+		}
 		e.loanFields(cs, &it, mv, snow, now)
 		if it.Borrow {
 			it.Want = 0 // a loan serves the waiters, or else the last mile

@@ -533,20 +533,35 @@ func TestFailedReleaseStaysInItsEpoch(t *testing.T) {
 	sh := &shareState{}
 	sh.set(flagRelease) // the contention feed asked for it
 	var it SyncItem
-	sh.takeShare(&it, e*p+10, w, true)
+	sh.takeShare(&it, e*p+10, w, true, e)
 	if it.Release == 0 || sh.released != e {
 		t.Fatalf("release of epoch %d: item %d, released %d", e, it.Release, sh.released)
 	}
 	sh.untake(it) // the round failed
 	var again SyncItem
-	sh.takeShare(&again, e*p+20, w, true)
+	sh.takeShare(&again, e*p+20, w, true, e)
 	if again.Release == 0 {
 		t.Fatal("the next sync in the epoch did not say the release again")
 	}
 	sh.untake(again) // failed too; the epoch ends
 	var next SyncItem
-	sh.takeShare(&next, (e+1)*p+10, w, true)
+	sh.takeShare(&next, (e+1)*p+10, w, true, e+1)
 	if next.Release != 0 || sh.released != e {
 		t.Fatalf("the first sync of epoch %d released %d (released %d): want its share kept", e+1, next.Release, sh.released)
+	}
+
+	// A sliding window's release gives up the next epoch's share too,
+	// and says so again in that epoch.
+	sl := &shareState{}
+	sl.set(flagRelease)
+	var through SyncItem
+	sl.takeShare(&through, e*p+10, w, true, e+1)
+	if through.Release != (e+1)*p || sl.released != e+1 {
+		t.Fatalf("release through epoch %d: item %d, released %d", e+1, through.Release, sl.released)
+	}
+	var later SyncItem
+	sl.takeShare(&later, (e+1)*p+10, w, true, e+2)
+	if later.Release != (e+1)*p+10 || sl.released != e+1 {
+		t.Fatalf("in epoch %d: item %d, released %d; want the release said again, no further", e+1, later.Release, sl.released)
 	}
 }

@@ -17,6 +17,7 @@ func TestProbeBookkeeping(t *testing.T) {
 	sec := int64(time.Second / time.Microsecond)
 	newKey := func() (*creditState, []*waiter) {
 		cs := e.newCredit("k", rule, 0)
+		cs.share = nil // probes are for keys without a static share
 		var ws []*waiter
 		for range 3 {
 			w := &waiter{n: 1, done: make(chan bool, 1)}

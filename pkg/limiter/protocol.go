@@ -127,6 +127,9 @@ func (r *KeyRecord) Sync(replica string, it *SyncItem, now int64) SyncResult {
 		grant = max(grant, min(it.Waiting, free))
 	}
 	mine := kept + grant
+	if it.sliding() {
+		held.carry = slidingCarry(it, ws[0], held, satAdd(others, mine))
+	}
 	expires := shareExpiry(it, ws, held, mine, satSub(avail, held.released), now)
 	if mine > 0 {
 		r.Reservations[replica] = Reservation{Units: mine, Expires: expires}

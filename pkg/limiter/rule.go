@@ -109,6 +109,10 @@ func (t Tuning) share() float64 {
 	return t.LocalAllowance
 }
 
+// shareFraction is the part of a window's limit the static shares of
+// one of its epochs hold between them (ShareFraction).
+func (r *Rule) shareFraction() float64 { return ShareFraction(r.Algorithm, r.Tuning.share()) }
+
 func (t Tuning) syncInterval() time.Duration { return orDefault(t.SyncInterval, 100*time.Millisecond) }
 func (t Tuning) storeTimeout() time.Duration { return orDefault(t.StoreTimeout, 10*time.Millisecond) }
 func (t Tuning) cacheTTL() time.Duration     { return orDefault(t.CacheTTL, time.Second) }

@@ -64,6 +64,14 @@ type ShareRecord struct {
 	// up the rest of its share, from the sync that said so on; zero:
 	// never. A release names the current epoch or the next.
 	Released int64
+	// From is the first epoch of the run of epochs, ending at Released,
+	// whose shares the replica gave up one release after another: a
+	// release made in an epoch gives up its share of that epoch on (of the
+	// next alone if it held none of it, SyncItem.ReleaseAhead), and one
+	// that leaves a gap after Released begins a new run. A sliding
+	// window's epoch before counts its shares (share_sliding.go). Zero:
+	// every epoch up to Released.
+	From int64
 	// Lent is the size of a share of epoch LentEpoch the store lent the
 	// replica (SyncItem.Borrow), which is not one of that epoch's
 	// sharers; zero: none. Through that epoch the record counts as the
@@ -75,6 +83,22 @@ type ShareRecord struct {
 	// record counts ShareSize at ShrinkN, not at the epoch's sharers.
 	ShrinkN     int
 	ShrinkEpoch int64
+}
+
+// releasedIn reports a record whose share of epoch e was given up.
+func (rec ShareRecord) releasedIn(e int64) bool { return rec.From <= e && e <= rec.Released }
+
+// release records a release made in epoch now whose last epoch is last
+// (the current epoch or the next), of the next alone if ahead.
+func (rec *ShareRecord) release(now, last int64, ahead bool) {
+	first := min(now, last)
+	if ahead && last > now {
+		first = last
+	}
+	if rec.Released < first-1 {
+		rec.From = first // a gap: a new run
+	}
+	rec.Released = max(rec.Released, last)
 }
 
 // lent reports a record that holds a loan of epoch e.
@@ -174,7 +198,7 @@ func (r *KeyRecord) chargeShares(replica string, it *SyncItem, ws []Window, now 
 			}
 		}
 		if it.Release != 0 {
-			rec.Released = max(rec.Released, min(it.Release/int64(w.Period), epoch+1))
+			rec.release(epoch, min(it.Release/int64(w.Period), epoch+1), it.ReleaseAhead)
 		}
 		r.Shares[replica] = rec
 	}
@@ -211,7 +235,7 @@ func (r *KeyRecord) chargeShares(replica string, it *SyncItem, ws []Window, now 
 		switch {
 		case rec.lent(epoch):
 			rw.Limit = rec.Lent // a loan: not one of the n sharers
-		case rec.State.Cur == 0 && rec.Released < epoch && !rec.shrunk(epoch):
+		case rec.State.Cur == 0 && !rec.releasedIn(epoch) && !rec.shrunk(epoch):
 			// Nothing reported, released or shrunk this epoch: counted
 			// with the unreported shares, if its replica is a sharer of it.
 			continue
@@ -228,13 +252,13 @@ func (r *KeyRecord) chargeShares(replica string, it *SyncItem, ws []Window, now 
 				rw.Limit = min(rw.Limit, ShareSize(w, frac, k))
 				delete(declared, id) // counted with its record
 			}
-			if rec.Released >= epoch || rec.shrunk(epoch) && rec.ShrinkN >= it.Replicas || ok && k >= it.Replicas ||
+			if rec.releasedIn(epoch) || rec.shrunk(epoch) && rec.ShrinkN >= it.Replicas || ok && k >= it.Replicas ||
 				epoch == it.ShareEpoch && slices.Contains(it.Gone, id) {
 				settled++
 			}
 		}
 		left := rec.State.Remaining(rw, FixedWindow, now) // a share is of one epoch
-		if rec.Released >= epoch {
+		if rec.releasedIn(epoch) {
 			h.released = satAdd(h.released, left)
 			h.returns = min(h.returns, (rec.Released+1)*int64(w.Period))
 			left = 0
@@ -254,7 +278,7 @@ func (r *KeyRecord) chargeShares(replica string, it *SyncItem, ws []Window, now 
 		settled += dsettled
 	}
 	h.all = satAdd(h.all, satMul(unreported, size))
-	h.shrinkable = n > 0 && epoch == it.ShareEpoch && it.Replicas > n && settled < n-gone &&
+	h.shrinkable = n > 0 && epoch == it.ShareEpoch && it.Replicas > n && settled < n-gone && !it.sliding() &&
 		ShareSize(w, frac, it.Replicas) < size
 	return h
 }
@@ -279,7 +303,7 @@ func (r *KeyRecord) lend(replica string, it *SyncItem, ws []Window, left uint64,
 	epoch := it.ShareEpoch
 	rec := r.Shares[replica]
 	switch {
-	case rec.Released >= epoch:
+	case rec.releasedIn(epoch):
 		return 0, 0
 	case rec.lent(epoch):
 		return rec.Lent, 0
@@ -307,7 +331,7 @@ func (r *KeyRecord) lend(replica string, it *SyncItem, ws []Window, left uint64,
 // up as credit.
 func (r *KeyRecord) releasedIn(replica string, it *SyncItem, epoch int64) bool {
 	for id, rec := range r.Shares {
-		if id != replica && rec.Released >= epoch && !slices.Contains(it.Gone, id) {
+		if id != replica && rec.releasedIn(epoch) && !slices.Contains(it.Gone, id) {
 			return true
 		}
 	}

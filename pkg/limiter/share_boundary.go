@@ -55,14 +55,15 @@ func (e *engine) shareSize(cs *creditState, epoch, now int64) uint64 {
 		return 0
 	}
 	w := cs.ws[0]
-	n := e.sharers(epoch*int64(w.Period), int64(w.Period), now)
+	p := int64(w.Period)
+	n := e.sharers(shareBase(cs.rule.Algorithm, epoch*p, p), p, now)
 	if n == 0 {
 		return 0
 	}
-	if dn := e.declaredN(epoch*int64(w.Period), int64(w.Period), n); dn > 0 {
+	if dn := e.declaredN(epoch*p, p, n); dn > 0 && cs.rule.Algorithm == FixedWindow {
 		n = dn // this replica's shrink covers the epoch (credit_declare.go)
 	}
-	return ShareSize(w, cs.rule.Tuning.share(), n)
+	return ShareSize(w, cs.rule.shareFraction(), n)
 }
 
 // roll moves the share's state to the epoch of snow, counting in the

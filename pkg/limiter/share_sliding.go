@@ -15,8 +15,9 @@ package limiter
 //     window counts this epoch's units whole, and the next epoch's
 //     sharers spend their shares with no round trip. A unit granted now
 //     is still counted then, so it is granted only if it fits beside
-//     them; and a reservation lapses with the epoch (heldShares.carry),
-//     as the shares of the epoch after the next were not counted.
+//     them; and a reservation lapses with the epoch unless the
+//     reservations fit beside the next epoch's shares and the most the
+//     shares of the epoch after hold (slidingCarry).
 //
 // So the budget a sync of epoch e may grant or probe is
 //
@@ -60,15 +61,15 @@ func (r *KeyRecord) slidingShares(it *SyncItem, w Window, epoch int64, nPrev, nN
 	size := ShareSize(w, frac, nPrev)
 	active, released := 0, 0
 	for _, rec := range r.Shares {
-		if rec.Released > epoch {
+		if rec.releasedIn(epoch + 1) {
 			released++
 		}
 		s := rec.State
 		s.Roll(w, now)
 		loan := rec.lent(epoch - 1)
-		if !loan && s.Prev == 0 && rec.Released != epoch-1 && !rec.shrunk(epoch-1) {
+		if !loan && s.Prev == 0 && !rec.releasedIn(epoch-1) && !rec.shrunk(epoch-1) {
 			// With the unreported shares, if a sharer of it: a release
-			// of a later epoch says nothing of this one.
+			// of a later epoch alone says nothing of this one.
 			continue
 		}
 		lim := size
@@ -80,7 +81,7 @@ func (r *KeyRecord) slidingShares(it *SyncItem, w Window, epoch int64, nPrev, nN
 				lim = min(lim, ShareSize(w, frac, rec.ShrinkN))
 			}
 		}
-		if rec.Released < epoch-1 {
+		if !rec.releasedIn(epoch - 1) {
 			prev = satAdd(prev, satSub(lim, s.Prev))
 		}
 	}
@@ -91,6 +92,16 @@ func (r *KeyRecord) slidingShares(it *SyncItem, w Window, epoch int64, nPrev, nN
 	return prev, satMul(uint64(max(abs(nNext)-released, 0)), ShareSize(w, frac, nNext))
 }
 
+// slidingCarry reports whether a sliding window's reservations, reserved
+// units in all, may outlive the epoch: units spent in the next epoch
+// still count at the start of the one after, beside its shares, which
+// nobody has counted yet. They may if they fit beside the next epoch's
+// shares (h.next) and the most the shares of the one after hold.
+func slidingCarry(it *SyncItem, w Window, h heldShares, reserved uint64) bool {
+	most := splitShare(w.Limit, ShareFraction(it.Algorithm, it.Share), 1)
+	return satAdd(reserved, satAdd(h.next, most)) <= w.Limit
+}
+
 // slidingRoom is what a sliding window of state c (rolled to now) has
 // room for beside reserved units of reservations and the shares h holds:
 // now, and at the next epoch's start.
@@ -99,4 +110,46 @@ func slidingRoom(c WindowState, w Window, h heldShares, reserved uint64, now int
 	c.Prev = satAdd(c.Prev, h.prev)
 	room := satSub(c.Remaining(w, SlidingWindow, now), taken)
 	return min(room, satSub(w.Limit, satAdd(c.Cur, satAdd(taken, h.next))))
+}
+
+// releaseUpTo is the last epoch a release of key cs's share, made at
+// store instant snow, gives up: the current epoch, or for a sliding
+// window the next one too if this replica holds a share of it. A sliding
+// window's units granted now still count at the next epoch's start,
+// beside the next epoch's shares (slidingShares): a key that needs more
+// than its share gives its share of the next epoch up too. So a sync of
+// a busy key (its last view counts a quarter of the limit in the epoch,
+// half of what the epoch's shares hold) asks for that release itself,
+// before its requests wait for it: a key at its limit is shared by
+// credit alone, epoch after epoch, and one that turns quiet has its
+// shares back the epoch after next. A key whose requests wait for the
+// next epoch's shares is published contended, and every replica that
+// holds one releases it (contention.go). cs.mu must be held.
+func (e *engine) releaseUpTo(cs *creditState, mv *memberView, snow, now int64) int64 {
+	p := int64(cs.ws[0].Period)
+	ep := snow / p
+	if cs.rule.Algorithm != SlidingWindow || e.sharersIn(mv, ep*p, p, now) == 0 { // of ep+1: shareBase
+		return ep
+	}
+	if cs.share.releasedThrough() <= ep && cs.busyIn(ep) {
+		cs.share.set(flagRelease)
+	}
+	return ep + 1
+}
+
+// releasedThrough is the last epoch the share was released through.
+func (sh *shareState) releasedThrough() int64 {
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	return sh.released
+}
+
+// busyIn reports a sliding-window key whose last view counts, in epoch
+// ep, at least half of what the static shares of an epoch hold.
+func (cs *creditState) busyIn(ep int64) bool {
+	v := cs.view.Load()
+	if v == nil || v.windows[0].Epoch != ep {
+		return false
+	}
+	return v.windows[0].Cur >= splitShare(cs.ws[0].Limit, cs.rule.shareFraction(), 2)
 }

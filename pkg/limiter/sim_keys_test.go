@@ -78,6 +78,9 @@ type keyRun struct {
 	// such an answer.
 	viewed        map[[2]uint64]time.Time
 	longestViewed time.Duration
+	// admits lists, by key, the instants (Unix ns) requests were admitted
+	// at, for the sliding window's check (checkSliding).
+	admits map[uint64][]int64
 }
 
 // add starts a replica and returns its index.
@@ -107,7 +110,7 @@ func (s keySim) run(t *testing.T) *keyRun {
 	r := &keyRun{s: s, admitted: map[[2]uint64]uint64{}, offered: map[[2]uint64]uint64{},
 		decided: map[[2]uint64]uint64{}, deniedAt: map[[2]uint64]uint64{},
 		denied: map[[2]uint64]uint64{}, how: map[[2]uint64]map[string]uint64{}, deniedHow: map[[2]uint64]map[string]uint64{},
-		viewed: map[[2]uint64]time.Time{}}
+		viewed: map[[2]uint64]time.Time{}, admits: map[uint64][]int64{}}
 	synctest.Test(t, func(t *testing.T) {
 		store := s.store
 		if store == nil {
@@ -216,6 +219,7 @@ func (r *keyRun) decide(l *limiter.Limiter, li int, k uint64, measuring bool) {
 	}
 	if ok {
 		r.admitted[wa]++
+		r.admits[k] = append(r.admits[k], time.Now().UnixNano())
 		if r.how[wa] == nil {
 			r.how[wa] = map[string]uint64{}
 		}

@@ -152,6 +152,12 @@ type SyncItem struct {
 	// that contains it (the current epoch or the next), because another
 	// replica needs that budget (Contention).
 	Release int64
+	// ReleaseAhead says that Release, an instant of the next epoch, gives
+	// up only the replica's share of that epoch: it holds none of the
+	// current one (ShareRecord.From). A sliding window's replica that
+	// needs more than the current epoch's credit gives its share of the
+	// next up ahead, as the next epoch's shares count now (share_sliding.go).
+	ReleaseAhead bool
 	// Shrink, when more than Sharers, is a replica count m: the replica
 	// shrinks its static share of epoch ShareEpoch to ShareSize at m
 	// (replicas joined after the epoch's sharers and need a share of it:

@@ -322,7 +322,7 @@ func (e *engine) shutdown() {
 		it := SyncItem{Key: cs.key, Algorithm: cs.rule.Algorithm, Windows: cs.rule.Windows,
 			Replicas: int(e.replicas.Load()), Lease: lease}
 		it.Hits = cs.pushHits(cs.hits.Swap(0), snow)
-		cs.share.takeShare(&it, snow, cs.ws[0], false)
+		cs.share.takeShare(&it, snow, cs.ws[0], false, snow/int64(cs.ws[0].Period))
 		for _, h := range it.ShareHits {
 			if p := int64(cs.ws[0].Period); h.At/p > snow/p {
 				clean = false

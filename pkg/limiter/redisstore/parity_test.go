@@ -94,9 +94,9 @@ func TestParity(t *testing.T) {
 	if (sum.declared == 0 || sum.declares == 0) && !failed.Load() {
 		t.Error("no item named a declared shrink, or none was declared: Shrunk and Declare went untested")
 	}
-	t.Logf("items of a sliding window with shares: %d", sum.slidingShares)
-	if sum.slidingShares == 0 && !failed.Load() {
-		t.Error("no item of a sliding window had shares: its shares went untested")
+	t.Logf("items of a sliding window with shares: %d; releasing ahead: %d", sum.slidingShares, sum.ahead)
+	if (sum.slidingShares == 0 || sum.ahead == 0) && !failed.Load() {
+		t.Error("no item of a sliding window had shares, or none released ahead: they went untested")
 	}
 	if sum.ruleRefs == 0 && !failed.Load() {
 		t.Error("no call named a rule an earlier item gave")
@@ -447,6 +447,7 @@ type tally struct {
 	declared                                                              int64 // items naming sharers that declared a shrink (SyncItem.Shrunk)
 	declares                                                              int64 // shrinks recorded in the registry (Store.Declare)
 	slidingShares                                                         int64 // items of a sliding window with shares
+	ahead                                                                 int64 // items releasing the next epoch's share ahead
 	founded                                                               int64 // items of founding epochs (Sharers < 0)
 	borrowed, lent, relent                                                int64 // items asking a loan, replies lending, items saying a loan held
 	shrinking, shrinkable                                                 int64 // items shrinking a share, replies asking sharers to shrink
@@ -465,6 +466,7 @@ func (t *tally) add(o tally) {
 	t.declared += o.declared
 	t.declares += o.declares
 	t.slidingShares += o.slidingShares
+	t.ahead += o.ahead
 	t.founded += o.founded
 	t.shared += o.shared
 	t.shareHits += o.shareHits
@@ -649,6 +651,10 @@ func (p *parity) shares(it *limiter.SyncItem, r limiter.Rule, key string) {
 		it.Release = now + p.rng.Int64N(3*per) // the next epoch or further: the next
 	case 5:
 		it.Release = []int64{-1, 1, -per, 1 << 62}[p.rng.IntN(4)]
+	}
+	if it.Release != 0 && p.rng.IntN(3) == 0 { // a share of the next epoch alone given up
+		it.ReleaseAhead = true
+		p.tally.ahead++
 	}
 	switch p.rng.IntN(6) {
 	case 0, 1: // a loan asked for

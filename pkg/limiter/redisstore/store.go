@@ -161,7 +161,7 @@ const batchKeys = 32
 // sized from them at once: with 16 for both, the slice grew once or
 // twice in most calls, some 5 KB a round of ten keys.
 const (
-	keyArgs  = 18
+	keyArgs  = 19
 	ruleArgs = 15
 )
 
@@ -266,12 +266,16 @@ func (ra *rateArgs) appendKeyArgs(it *limiter.SyncItem) {
 	} else {
 		args = append(args, stateArg(it.ShareFloor))
 	}
-	borrow := 0
-	if it.Borrow {
-		borrow = 1
-	}
-	args = append(args, clampU(it.Lent), borrow, max(it.Shrink, 0), clampU(it.Probe))
+	args = append(args, clampU(it.Lent), bit(it.Borrow), max(it.Shrink, 0), clampU(it.Probe), bit(it.ReleaseAhead))
 	ra.args = args
+}
+
+// bit is b as the scripts read it: 1 or 0.
+func bit(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
 }
 
 // stateArg is a window state as the record holds one: "epoch cur prev

@@ -38,7 +38,8 @@
 --          per window the replica's floor, "epoch cur prev tat"; the share
 --          floor in the same form ("": none); the loan held (SyncItem.Lent,
 --          0: none), borrow (1 or 0), shrink (SyncItem.Shrink, 0: none),
---          the probe (SyncItem.Probe, 0: none).
+--          the probe (SyncItem.Probe, 0: none), the release ahead
+--          (SyncItem.ReleaseAhead, 1 or 0).
 -- Reply    per key: now, credit, others' reservations, others' shares
 --          held (Others is their sum, saturated in Go), pressed (1 or 0),
 --          expires(µs), contended (1, 2 to shrink, or 0), the record's
@@ -75,11 +76,16 @@ local function own_share(rec)
   if rec.shares == NOSHARES then rec.shares = {} end
   local r = rec.shares[myshare]
   if r == nil then
-    r = {s = {epoch = 0, cur = 0, prev = 0, tat = 0}, rel = 0, lent = 0, le = 0, kn = 0, ke = 0, dirty = true}
+    r = {s = {epoch = 0, cur = 0, prev = 0, tat = 0}, rel = 0, lent = 0, le = 0, kn = 0, ke = 0, from = 0, dirty = true}
     rec.shares[myshare] = r
     rec.nshares = rec.nshares + 1
   end
   return r
+end
+
+-- released_in is ShareRecord.releasedIn: r's share of epoch e given up.
+local function released_in(r, e)
+  return r.from <= e and e <= r.rel
 end
 
 -- KeyRecord.lend: a share of epoch se on loan to this replica, which
@@ -90,13 +96,13 @@ end
 local function lend(rec, ws, se, n, share, sshare, nrep, gone, left)
   if n == 0 or ws[1].e ~= se then return 0, 0 end
   local r = rec.shares ~= NOSHARES and rec.shares[myshare]
-  if r and r.rel >= se then return 0, 0 end
+  if r and released_in(r, se) then return 0, 0 end
   if r and r.lent > 0 and r.le == se then return r.lent, 0 end
   -- its part of left (1/nrep) if a live replica released its share of
   -- se (KeyRecord.releasedIn), else all of left
   local part = 1
   for f, x in pairs(rec.shares) do
-    if f ~= myshare and x.rel >= se and not gone[f] then
+    if f ~= myshare and released_in(x, se) and not gone[f] then
       part = nrep
       break
     end
@@ -126,12 +132,12 @@ local function sliding_shares(shares, w, epoch, np, nn, share)
   local size = share_size(w, share, np)
   local prev, active, released = 0, 0, 0
   for _, r in pairs(shares) do
-    if r.rel > epoch then released = released + 1 end
+    if released_in(r, epoch + 1) then released = released + 1 end
     local s = {epoch = r.s.epoch, cur = r.s.cur, prev = r.s.prev, tat = r.s.tat}
     roll(s, w)
     local loan = r.lent > 0 and r.le == epoch - 1
     local shrunk = r.kn > 0 and r.ke == epoch - 1
-    if loan or s.prev > 0 or r.rel == epoch - 1 or shrunk then
+    if loan or s.prev > 0 or released_in(r, epoch - 1) or shrunk then
       local lim = size
       if loan then
         lim = r.lent
@@ -139,7 +145,7 @@ local function sliding_shares(shares, w, epoch, np, nn, share)
         active = active + 1
         if shrunk and np > 0 then lim = min(lim, share_size(w, share, r.kn)) end
       end
-      if r.rel < epoch - 1 then prev = satadd(prev, satsub(lim, s.prev)) end
+      if not released_in(r, epoch - 1) then prev = satadd(prev, satsub(lim, s.prev)) end
     end
   end
   prev = satadd(prev, min(max(math.abs(np) - active, 0) * size, MAXEXACT))
@@ -160,7 +166,7 @@ end
 -- the rest are zero), and whether sharers may shrink their shares to a
 -- share at the nrep live (heldShares.shrinkable), shrink being this
 -- replica's (SyncItem.Shrink).
-local function charge_shares(rec, ws, se, n, nn, np, gone, share, h, nsh, release, sfloor, lent, nrep, shrink)
+local function charge_shares(rec, ws, se, n, nn, np, gone, share, h, nsh, release, ahead, sfloor, lent, nrep, shrink)
   local has = se > 0 and #ws == 1 and (alg == FIXED or alg == SLIDING)
   if not has and nsh == 0 and release == 0 then return 0, 0, 0, 0, false, false, false, 0, 0 end
   share = share_fraction(share)
@@ -190,8 +196,12 @@ local function charge_shares(rec, ws, se, n, nn, np, gone, share, h, nsh, releas
         charge_at(r.s, w, tonumber(args[h + 2 * k]), units)
       end
     end
-    if release ~= 0 then -- the current epoch or the next
-      r.rel = max(r.rel, min(idiv(release, w.p), epoch + 1))
+    if release ~= 0 then -- ShareRecord.release: the current epoch or the next; ahead: the next alone
+      local last = min(idiv(release, w.p), epoch + 1)
+      local first = min(epoch, last)
+      if ahead == 1 and last > epoch then first = last end
+      if r.rel < first - 1 then r.from = first end
+      r.rel = max(r.rel, last)
     end
     if nsh > 0 or release ~= 0 then r.dirty = true end
   end
@@ -205,6 +215,7 @@ local function charge_shares(rec, ws, se, n, nn, np, gone, share, h, nsh, releas
       if r.stored then del(rec, f) end
       if r.lstored then del(rec, 'l:' .. sub(f, 3)) end
       if r.kstored then del(rec, 'k:' .. sub(f, 3)) end
+      if r.fstored then del(rec, 'f:' .. sub(f, 3)) end
     end
   end
   if not has then return 0, 0, 0, 0, false, false, false, 0, 0 end
@@ -228,7 +239,8 @@ local function charge_shares(rec, ws, se, n, nn, np, gone, share, h, nsh, releas
     -- counts as the loan, not as one of the sharers.
     local loan = r.lent > 0 and r.le == epoch
     local shrunk = r.kn > 0 and r.ke == epoch
-    if loan or s.cur > 0 or r.rel >= epoch or shrunk then
+    local rel = released_in(r, epoch)
+    if loan or s.cur > 0 or rel or shrunk then
       local lim = size
       if loan then
         lim = r.lent
@@ -242,12 +254,12 @@ local function charge_shares(rec, ws, se, n, nn, np, gone, share, h, nsh, releas
           withrec = withrec or {}
           withrec[f] = true
         end
-        if r.rel >= epoch or shrunk and r.kn >= nrep or k and k >= nrep or epoch == se and gone[f] then
+        if rel or shrunk and r.kn >= nrep or k and k >= nrep or epoch == se and gone[f] then
           settled = settled + 1
         end
       end
       local left = satsub(lim, s.cur) -- remaining of a fixed window of lim
-      if r.rel >= epoch then
+      if rel then
         released = satadd(released, left)
         returns = min(returns, (r.rel + 1) * w.p)
         left = 0
@@ -273,7 +285,7 @@ local function charge_shares(rec, ws, se, n, nn, np, gone, share, h, nsh, releas
     end
   end
   all = satadd(all, min(unrep * size, MAXEXACT))
-  local shrinkable = n > 0 and epoch == se and nrep > n and settled < n - ng and share_size(w, share, nrep) < size
+  local shrinkable = n > 0 and epoch == se and nrep > n and settled < n - ng and alg ~= SLIDING and share_size(w, share, nrep) < size
   return all, own, released, returns, epoch == se and nn == n and alg ~= SLIDING, true, shrinkable, hprev, hnext
 end
 
@@ -403,8 +415,8 @@ local function sync(key, a)
   local floors = a + 2
   local sfloor = window_state(args[floors + nf])
   local lent, borrow, shrink = num(floors + nf + 1), num(floors + nf + 2), num(floors + nf + 3)
-  local probe = num(floors + nf + 4)
-  a = floors + nf + 5
+  local probe, ahead = num(floors + nf + 4), num(floors + nf + 5)
+  a = floors + nf + 6
 
   local rec = load(key, nw)
   local st = rec.st
@@ -417,7 +429,7 @@ local function sync(key, a)
   charge(st, ws, hits, nh)
   charge(st, ws, shits, nsh)
   local held, ownheld, released, returns, carry, has, shrinkable, hprev, hnext =
-    charge_shares(rec, ws, se, sharers, ns[2], ns[3], gone, share, shits, nsh, release, sfloor, lent, nrep, shrink)
+    charge_shares(rec, ws, se, sharers, ns[2], ns[3], gone, share, shits, nsh, release, ahead, sfloor, lent, nrep, shrink)
 
   -- A sliding window is pressed for its shortest period from a report of
   -- requests waiting or denied.
@@ -465,6 +477,10 @@ local function sync(key, a)
   -- into released shares (shareExpiry).
   local credit = kept + grant
   local expires = now + lease
+  if has and alg == SLIDING then -- slidingCarry
+    local most = idiv(floor(share_fraction(share) * ws[1].limit), 1)
+    carry = satadd(satadd(rec.others, credit), satadd(hnext, most)) <= ws[1].limit
+  end
   if has then
     if not carry then
       local p = ws[1].p

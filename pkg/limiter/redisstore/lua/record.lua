@@ -200,11 +200,12 @@ end
 local function parse_share(v)
   local e, c, p, t, r = match(v, '^(%-?%d+) (%d+) (%d+) (%-?%d+) (%-?%d+)$')
   return {s = {epoch = tonumber(e), cur = tonumber(c), prev = tonumber(p), tat = tonumber(t)},
-    rel = tonumber(r), lent = 0, le = 0, kn = 0, ke = 0, stored = true}
+    rel = tonumber(r), lent = 0, le = 0, kn = 0, ke = 0, from = 0, stored = true}
 end
 
--- add_apart puts the loans and shrinks read (l:<id> fields, "lent
--- epoch", and k:<id> fields, "n epoch"; apart maps each one's share field
+-- add_apart puts the loans, shrinks and release runs read (l:<id>
+-- fields, "lent epoch", k:<id> fields, "n epoch", and f:<id> fields, the
+-- run's first epoch, ShareRecord.From; apart maps each one's share field
 -- to {kind, value}) in the share records, making a record for one that
 -- has none.
 local function add_apart(rec, apart)
@@ -213,12 +214,14 @@ local function add_apart(rec, apart)
     local f, v = x[1], x[3]
     local r = rec.shares[f]
     if r == nil then
-      r = {s = {epoch = 0, cur = 0, prev = 0, tat = 0}, rel = 0, lent = 0, le = 0, kn = 0, ke = 0}
+      r = {s = {epoch = 0, cur = 0, prev = 0, tat = 0}, rel = 0, lent = 0, le = 0, kn = 0, ke = 0, from = 0}
       rec.shares[f] = r
       rec.nshares = rec.nshares + 1
     end
     local l, e = match(v, '^(%d+) (%-?%d+)$')
-    if x[2] == 'l:' then
+    if x[2] == 'f:' then
+      r.from, r.fstored = tonumber(v) or 0, true
+    elseif x[2] == 'l:' then
       r.lent, r.le, r.lstored = tonumber(l) or 0, tonumber(e) or 0, true
     else
       r.kn, r.ke, r.kstored = tonumber(l) or 0, tonumber(e) or 0, true
@@ -314,11 +317,12 @@ local function load(key, nw)
         local r, old = parse_share(flat[i + 1]), rec.shares[f]
         if old then
           r.lent, r.le, r.lstored, r.kn, r.ke, r.kstored = old.lent, old.le, old.lstored, old.kn, old.ke, old.kstored
+          r.from, r.fstored = old.from, old.fstored
         else
           rec.nshares = rec.nshares + 1
         end
         rec.shares[f] = r
-      elseif kind == 'l:' or kind == 'k:' then
+      elseif kind == 'l:' or kind == 'k:' or kind == 'f:' then
         apart = apart or {}
         apart[#apart + 1] = {'s:' .. sub(f, 3), kind, flat[i + 1]}
       end
@@ -391,6 +395,9 @@ local function save(key, rec, ws, credit, expires, oheld, contended, lent, probe
       end
       if r.kn > 0 then -- and shrinks
         fields[n + 1], fields[n + 2], n = 'k:' .. sub(f, 3), format('%d %d', r.kn, r.ke), n + 2
+      end
+      if r.from > 0 then -- and the first epoch of a run of releases
+        fields[n + 1], fields[n + 2], n = 'f:' .. sub(f, 3), format('%d', r.from), n + 2
       end
     end
   end

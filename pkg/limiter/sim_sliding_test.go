@@ -1,0 +1,140 @@
+package limiter_test
+
+import (
+	"fmt"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/ratelimit-svc/ratelimit-svc/pkg/limiter"
+)
+
+// Simulations of sliding windows with static shares (share_sliding.go).
+
+func slidingRule(limit uint64, period time.Duration) *limiter.Rule {
+	return &limiter.Rule{Algorithm: limiter.SlidingWindow, Windows: []limiter.Window{{Limit: limit, Period: period}}}
+}
+
+// checkSliding fails t for every key whose sliding count went over the
+// limit at an admit: at each admit, the key's admits of its epoch so far
+// and those of the epoch before, weighted by the part of that epoch
+// still inside the window (rounded up, as the engine rounds), may hold
+// at most the limit. It returns how many admits went over.
+func (r *keyRun) checkSliding(t *testing.T) (over int) {
+	t.Helper()
+	w := r.s.rule.Windows[0]
+	p := int64(w.Period)
+	for k, at := range r.admits {
+		slices.Sort(at)
+		count := map[int64]uint64{} // admits by epoch, so far
+		for _, a := range at {
+			e := a / p
+			count[e]++
+			left := uint64(p - (a - e*p))
+			weighted := (count[e-1]*left + uint64(p) - 1) / uint64(p)
+			if n := count[e] + weighted; n > w.Limit {
+				over++
+				if over <= 5 {
+					t.Errorf("key %d at %v: sliding count %d > %d (%d in the epoch, %d in the one before)",
+						k, time.Duration(a-r.start.UnixNano()), n, w.Limit, count[e], count[e-1])
+				}
+			}
+		}
+	}
+	return over
+}
+
+// TestSimManyKeysFarBelowSliding: TestSimManyKeysFarBelowLimit of a
+// sliding window: 5 000 keys under a 100/minute sliding window at 0.15
+// requests a second each, on 1, 2 and 4 replicas. Once the replicas hold
+// their static shares (half of the limit an epoch between them, from the
+// second minute that begins a lease after they joined), nothing is
+// denied, no decision waits for the store and no key syncs, and no key's
+// sliding count goes over its limit.
+func TestSimManyKeysFarBelowSliding(t *testing.T) {
+	largeSim(t)
+	t.Parallel()
+	for _, n := range []int{1, 2, 4} {
+		t.Run(fmt.Sprint(n, " replicas"), func(t *testing.T) {
+			t.Parallel()
+			var rounds uint64
+			// A sliding window's shares begin a window later than a fixed
+			// window's (shareBase): the first minute is not measured.
+			from := warmUp + time.Minute
+			r := keySim{rule: slidingRule(100, time.Minute), replicas: n, keys: 5000, rate: 750,
+				duration: from + 66*time.Second, measureFrom: from,
+				during: func(r *keyRun) {
+					time.Sleep(from + 5*time.Second) // the keys of the first minute hand back their credit
+					for _, l := range r.lims {
+						rounds -= l.Stats().Rounds
+					}
+				}}.run(t)
+			over := r.checkSliding(t)
+			for _, l := range r.lims {
+				rounds += l.Stats().Rounds
+			}
+			t.Logf("%d requests; %d waited for the store; %d admits over; %d key windows with denials; %d sync rounds from 5 s after the warm-up",
+				r.requests, r.waited, over, len(r.denied), rounds)
+			if r.waited > 0 {
+				t.Errorf("%d decisions of %d waited for the store after the shares began: %v", r.waited, r.requests, r.slow)
+			}
+			if len(r.denied) > 0 {
+				t.Errorf("%d key windows had denials", len(r.denied))
+			}
+			if rounds > 0 {
+				t.Errorf("%d sync rounds for keys far below their limit", rounds)
+			}
+		})
+	}
+}
+
+// TestSimSkewedManyKeysSliding: 1 000 keys of a 10-a-second sliding
+// window with Zipf(1.1) popularity over 4 replicas, 3 000 requests a
+// second, the hot keys far over their limit: no key's sliding count goes
+// over the limit. A key window sent at most half its limit, and the one
+// before it too, is never denied: far from the limit, its requests are
+// decided from the shares or from credit the store has room for.
+func TestSimSkewedManyKeysSliding(t *testing.T) {
+	largeSim(t)
+	t.Parallel()
+	r := keySim{rule: slidingRule(10, time.Second), replicas: 4, keys: 1000, zipf: 1.1, rate: 3000,
+		duration: 20 * time.Second, measureFrom: 5 * time.Second}.run(t)
+	over := r.checkSliding(t)
+	limit := r.s.rule.Windows[0].Limit
+	var denied uint64
+	quiet := 0
+	for w, n := range r.denied {
+		denied += n
+		if r.offered[w] <= limit/2 && r.offered[[2]uint64{w[0], w[1] - 1}] <= limit/2 {
+			quiet++
+			if quiet <= 5 {
+				t.Errorf("key %d, window %d: %d denied though sent %d, and %d the window before: %v", w[0], w[1], n,
+					r.offered[w], r.offered[[2]uint64{w[0], w[1] - 1}], r.deniedHow[w])
+			}
+		}
+	}
+	t.Logf("%d requests; %d denied after 5 s; %d admits over; %d quiet key windows with denials; %d decisions waited for the store, the longest %v",
+		r.requests, denied, over, quiet, r.waited, r.longest)
+}
+
+// TestSimScaleOutSliding: 2 → 4 replicas in the middle of a window at 5×
+// the load of one sliding-window key, a minute's and a second's: the
+// sliding count never goes over the limit.
+func TestSimScaleOutSliding(t *testing.T) {
+	for _, rule := range []*limiter.Rule{slidingRule(100, time.Minute), slidingRule(50, time.Second)} {
+		p := rule.Windows[0].Period
+		rate := 5 * float64(rule.Windows[0].Limit) / p.Seconds()
+		r := keySim{rule: rule, replicas: 2, keys: 1, rate: rate, duration: 200 * time.Second, measureFrom: 200 * time.Second,
+			during: func(r *keyRun) {
+				time.Sleep(90 * time.Second)
+				r.add()
+				r.add()
+			}}.run(t)
+		r.checkSliding(t)
+		admitted := make([]uint64, 0, len(r.admitted))
+		for w := range min(uint64(200*time.Second/p), 12) {
+			admitted = append(admitted, r.admitted[[2]uint64{0, uint64(r.start.UnixNano()/int64(p)) + w}])
+		}
+		t.Logf("%v: admitted per window, the first %d: %v", p, len(admitted), admitted)
+	}
+}
