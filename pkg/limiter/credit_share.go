@@ -8,7 +8,8 @@ import (
 )
 
 // Static shares, the replica's side (see share.go for the store's). A key
-// of a rule with one fixed window admits, before any credit,
+// of a rule with one fixed window (or sliding window: share_sliding.go)
+// admits, before any credit,
 // up to its static share S = ⌊share·L/n⌋ of the window's current epoch
 // under its own mutex, with no round trip: n counts the replicas that may
 // hold a share of that epoch (Membership.Sharers), the same count on

@@ -133,8 +133,21 @@
 // the registry (Store.Declare, Declaration); the newcomers name it in
 // their syncs (SyncItem.Shrunk), the store counts those shares shrunk,
 // and a newcomer's first request of a key borrows in one round
-// (credit_declare.go). Sliding windows, token buckets and rules
-// of several windows are shared by credit alone.
+// (credit_declare.go). A rule of one sliding window has static shares
+// too, spent epoch by epoch as a fixed window's, but the shares of an
+// epoch hold half of the limit between them (ShareFraction), so that
+// those of two epochs side by side fit in it; a replica holds one from
+// the second epoch that begins a lease after it joined (the sharers of
+// epoch e are those of e−1, shareBase), so the next epoch's sharers are
+// known all through the current one. Beside a fixed window's sum, the
+// store counts the shares of the epoch before, weighted as the window's
+// own count, and those of the next epoch, which the window counts whole
+// at that epoch's start beside what this one admitted: a unit is granted
+// only if it fits beside both. A busy key's replicas give their shares
+// of the next epoch up ahead, and a key whose requests wait for them is
+// published contended, so a key at its limit is shared by credit alone
+// and a quiet one keeps its shares (share_sliding.go). Token buckets and
+// rules of several windows are shared by credit alone.
 //
 // A store that loses its state (Redis restarted without persistence, or
 // failed over to a copy that missed writes) gets the counts back from the

@@ -7,7 +7,8 @@ import (
 
 // Static shares, the store's side. A rule of one fixed window gives each
 // of the n replicas that may hold a share of the window's current epoch
-// (SyncItem.Sharers) a static share S = ⌊share·L/n⌋ of it,
+// (SyncItem.Sharers) a static share S = ⌊share·L/n⌋ of it (a sliding
+// window's: see share_sliding.go),
 // which the replica admits with no round trip and reports when it syncs
 // the key anyway. The store counts every share it has not been told about
 // as reserved, so credit granted beyond the shares stays exact:

@@ -92,7 +92,8 @@ type SyncItem struct {
 	Lease time.Duration
 	// ShareEpoch, when positive, gives the rule static shares: each of
 	// the Sharers replicas that may hold a share of epoch ShareEpoch of
-	// the window (Membership.Sharers) admits up to ⌊Share·Limit/Sharers⌋
+	// the window (Membership.Sharers; a sliding window's are the sharers
+	// of the epoch before, shareBase) admits up to ⌊Share·Limit/Sharers⌋
 	// of it with no round trip, SharersNext those of the next epoch, and
 	// the store counts what each has not reported as reserved
 	// (KeyRecord.Sync). Only rules of one fixed or sliding window have
