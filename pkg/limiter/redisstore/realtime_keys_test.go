@@ -70,10 +70,39 @@ func TestRealtimeManyKeysFarBelowLimit(t *testing.T) {
 	}
 }
 
+// TestRealtimeManyKeysFarBelowSliding is TestRealtimeManyKeysFarBelowLimit
+// of a sliding window, whose static shares begin a window later: the
+// run is in the second window that begins a lease after the replicas
+// joined.
+func TestRealtimeManyKeysFarBelowSliding(t *testing.T) {
+	rtSkipShort(t)
+	t.Parallel()
+	rule := rtPer(100, rtPeriod)
+	rule.Algorithm = limiter.SlidingWindow
+	keys := rtKeys(rule, 20000)
+	var groups []*rtGroup
+	var admins []*redis.Client
+	for _, n := range []int{2, 4} {
+		srv := redistest.Start(t)
+		groups = append(groups, rtGroupStart(t, srv.Addr, fmt.Sprint("realtime-sliding-", n), n))
+		admins = append(admins, rtClient(t, srv.Addr))
+	}
+	for i, g := range groups {
+		t.Run(fmt.Sprint(len(g.all), " replicas"), func(t *testing.T) {
+			t.Parallel()
+			rtManyKeys(t, g, admins[i], rule, keys)
+		})
+	}
+}
+
 func rtManyKeys(t *testing.T, g *rtGroup, admin *redis.Client, rule *limiter.Rule, keys [][]byte) {
 	const seconds = 5
 	w := rule.Windows[0]
 	start := rtShareWindow(t, g, w.Period, (seconds+1)*time.Second)
+	if rule.Algorithm == limiter.SlidingWindow {
+		start = start.Truncate(w.Period).Add(w.Period) // its shares begin a window later
+		t.Logf("a sliding window's: the run begins at the next window, in %v", time.Until(start).Round(time.Millisecond))
+	}
 	end := start.Add(seconds * time.Second)
 	time.Sleep(time.Until(start.Add(-50 * time.Millisecond))) // the run is scheduled in real time
 	stalls := rtWatchStalls()
