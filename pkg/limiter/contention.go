@@ -285,7 +285,7 @@ func (e *engine) releaseOne(key string, x *contention, snow, now int64, items *[
 	// one too if this replica holds a share of it (its sharers are those
 	// of this epoch, shareBase; share_sliding.go).
 	through := epoch
-	if x.rule.Algorithm == SlidingWindow && e.sharers(epoch*p, p, now) != 0 {
+	if x.rule.Algorithm == SlidingWindow && e.sharers(e.shareBase(x.rule.Algorithm, (epoch+1)*p, p), p, now) != 0 {
 		through = epoch + 1
 	}
 	if x.released >= through || !x.plain && !x.fresh && x.shrunk >= n {
@@ -293,7 +293,7 @@ func (e *engine) releaseOne(key string, x *contention, snow, now int64, items *[
 		// since started so (initShare).
 		return false
 	}
-	base := shareBase(x.rule.Algorithm, epoch*p, p)
+	base := e.shareBase(x.rule.Algorithm, epoch*p, p)
 	sharer := e.sharers(base, p, now) != 0
 	if ent := e.keys.getString(key); ent != nil {
 		if cs := ent.cs.Load(); cs != nil && cs.share != nil && (sharer || through > epoch || cs.share.lentOf(epoch)) {
@@ -337,7 +337,7 @@ func (e *engine) bareItem(key string, x *contention, epoch, through, p int64, n 
 	case x.plain:
 		x.released = through
 		// One that holds no share of epoch gives the next one's up ahead.
-		ahead := through > epoch && e.sharers(shareBase(x.rule.Algorithm, epoch*p, p), p, now) == 0
+		ahead := through > epoch && e.sharers(e.shareBase(x.rule.Algorithm, epoch*p, p), p, now) == 0
 		*items = append(*items, SyncItem{Key: key, Algorithm: x.rule.Algorithm, Windows: x.rule.Windows,
 			Replicas: n, Lease: lease, Release: max(snow, x.released*p), ReleaseAhead: ahead})
 	case x.shrink > 0 && n > x.shrunk:

@@ -27,7 +27,7 @@ func (e *engine) loanFields(cs *creditState, it *SyncItem, mv *memberView, snow,
 	}
 	p := int64(cs.ws[0].Period)
 	ep := snow / p
-	base := shareBase(cs.rule.Algorithm, ep*p, p)
+	base := mv.shareBase(cs.rule.Algorithm, ep*p, p)
 	sh.mu.Lock()
 	held, released := sh.has(flagLent) && sh.epoch == ep, sh.released >= ep
 	size := sh.size

@@ -32,12 +32,22 @@ type memberView struct {
 // epoch are known once the current one begins, and the store counts
 // their shares now (share_sliding.go); a replica holds a share of a
 // sliding window from the second epoch that begins a lease after it
-// joined.
-func shareBase(a Algorithm, start, period int64) int64 {
-	if a == SlidingWindow {
-		return start - period
+// joined. While a replica of a version without them may be live
+// (Membership.SlidingReady), a sliding window has no shares: shareBase
+// is then 0, before any registry, which counts no sharer.
+func (mv *memberView) shareBase(a Algorithm, start, period int64) int64 {
+	if a != SlidingWindow {
+		return start
 	}
-	return start
+	if mv != nil && !mv.m.SlidingReady(start-period) {
+		return 0
+	}
+	return start - period
+}
+
+// shareBase is memberView.shareBase of the engine's copy of the registry.
+func (e *engine) shareBase(a Algorithm, start, period int64) int64 {
+	return e.members.Load().shareBase(a, start, period)
 }
 
 // sharers is n for an epoch that began at start of a window of period

@@ -90,7 +90,7 @@ func (e *engine) probeFor(cs *creditState, snow, now int64) int64 {
 			return 0
 		}
 	}
-	if p := int64(cs.ws[0].Period); cs.share != nil && e.sharers(shareBase(cs.rule.Algorithm, snow/p*p, p), p, now) != 0 {
+	if p := int64(cs.ws[0].Period); cs.share != nil && e.sharers(e.shareBase(cs.rule.Algorithm, snow/p*p, p), p, now) != 0 {
 		return 0 // its share serves it, or the share's own waits apply
 	}
 	for _, w := range cs.waiters {
@@ -111,7 +111,7 @@ func (e *engine) sharesHeld(cs *creditState, snow, now int64) uint64 {
 	}
 	p := int64(w.Period)
 	held := func(start int64) uint64 {
-		n := mv.sharers(shareBase(cs.rule.Algorithm, start, p), p)
+		n := mv.sharers(mv.shareBase(cs.rule.Algorithm, start, p), p)
 		return satMul(ShareSize(w, cs.rule.shareFraction(), n), uint64(max(n, -n)))
 	}
 	h := held(snow / p * p)

@@ -96,7 +96,7 @@ func (e *engine) reckonEpoch(cs *creditState, ep, now int64) {
 	sh := cs.share
 	w := cs.ws[0]
 	p := int64(w.Period)
-	k, recheck, known := e.reckonShare(shareBase(cs.rule.Algorithm, ep*p, p), p, now)
+	k, recheck, known := e.reckonShare(e.shareBase(cs.rule.Algorithm, ep*p, p), p, now)
 	if sh.epoch != ep && sh.epoch != -1 {
 		sh.setShrinkN(0) // a shrink is of its epoch
 	}

@@ -97,13 +97,16 @@ func (e *engine) prepare(cs *creditState, now int64) SyncItem {
 		mv := e.members.Load()
 		p := int64(cs.ws[0].Period)
 		upTo := e.releaseUpTo(cs, mv, snow, now)
-		base := shareBase(cs.rule.Algorithm, snow/p*p, p)
+		start := snow / p * p
+		base := mv.shareBase(cs.rule.Algorithm, start, p)
 		cs.share.takeShare(&it, snow, cs.ws[0], e.sharersIn(mv, base, p, now) != 0 || cs.share.holdsLoan(cs.ws[0], snow), upTo)
 		if it.Release/p > snow/p {
 			cs.share.keep.Store(now + ((it.Release/p+1)*p-snow)*1000)
 		}
 		it.ShareEpoch = snow / p
-		it.Sharers, it.SharersNext, it.SharersPrev = mv.sharers(base, p), mv.sharers(base+p, p), mv.sharers(base-p, p)
+		it.Sharers = mv.sharers(base, p)
+		it.SharersNext = mv.sharers(mv.shareBase(cs.rule.Algorithm, start+p, p), p)
+		it.SharersPrev = mv.sharers(mv.shareBase(cs.rule.Algorithm, start-p, p), p)
 		it.Gone = mv.gone(base, p)
 		if cs.rule.Algorithm == FixedWindow {
 			it.Shrunk = mv.shrunk(base, p) // a sliding window's shares are not shrunk

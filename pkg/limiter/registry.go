@@ -62,6 +62,25 @@ type Member struct {
 	// Shrink is the shrink of its static shares the replica declared
 	// (Store.Declare); zero: none.
 	Shrink Declaration
+	// Sliding marks a replica of a version that holds and counts a
+	// sliding window's static shares (share_sliding.go). One of an
+	// earlier version grants, through its own scripts, credit out of
+	// budget such shares hold: while one may be live, none is held
+	// (SlidingReady).
+	Sliding bool
+}
+
+// SlidingReady reports whether a sliding window's static shares may be
+// held of epochs whose sharers are those of the epoch that began at
+// start (shareBase): every replica whose lease ended after start counts
+// them. Every replica reading one registry answers the same.
+func (m Membership) SlidingReady(start int64) bool {
+	for _, x := range m.Members {
+		if !x.Sliding && x.Expires > start {
+			return false
+		}
+	}
+	return true
 }
 
 // Declaration is a replica's shrink of its static shares, declared in

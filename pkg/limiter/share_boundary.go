@@ -56,7 +56,7 @@ func (e *engine) shareSize(cs *creditState, epoch, now int64) uint64 {
 	}
 	w := cs.ws[0]
 	p := int64(w.Period)
-	n := e.sharers(shareBase(cs.rule.Algorithm, epoch*p, p), p, now)
+	n := e.sharers(e.shareBase(cs.rule.Algorithm, epoch*p, p), p, now)
 	if n == 0 {
 		return 0
 	}

@@ -128,7 +128,7 @@ func slidingRoom(c WindowState, w Window, h heldShares, reserved uint64, now int
 func (e *engine) releaseUpTo(cs *creditState, mv *memberView, snow, now int64) int64 {
 	p := int64(cs.ws[0].Period)
 	ep := snow / p
-	if cs.rule.Algorithm != SlidingWindow || e.sharersIn(mv, ep*p, p, now) == 0 { // of ep+1: shareBase
+	if cs.rule.Algorithm != SlidingWindow || e.sharersIn(mv, mv.shareBase(cs.rule.Algorithm, (ep+1)*p, p), p, now) == 0 {
 		return ep
 	}
 	if cs.share.releasedThrough() <= ep && cs.busyIn(ep) {

@@ -1,8 +1,10 @@
 package limiter_test
 
 import (
+	"context"
 	"fmt"
 	"slices"
+	"sync"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -228,4 +230,64 @@ func TestSimSlowStoreSliding(t *testing.T) {
 	over := r.checkSliding(t)
 	t.Logf("%d requests; %d admits over; %d key windows with denials, %d of them sent no more than half the limit (and the window before), %d no more than a quarter; the longest decision %v",
 		r.requests, over, len(r.denied), half, quarter, r.longest)
+}
+
+// oldReplicaStore lists, beside the replicas that heartbeat, one of a
+// version that does not count a sliding window's static shares
+// (Member.Sliding false), live until stopped.
+type oldReplicaStore struct {
+	limiter.Store
+	mu      sync.Mutex
+	stopped int64 // store µs its lease ended at; 0: live
+}
+
+func (s *oldReplicaStore) Heartbeat(ctx context.Context, replica string, lease time.Duration) (limiter.Membership, error) {
+	m, err := s.Store.Heartbeat(ctx, replica, lease)
+	if err != nil {
+		return m, err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	old := limiter.Member{Name: "old", Joined: m.Now - int64(time.Hour/time.Microsecond), Expires: m.Now + int64(lease/time.Microsecond)}
+	if s.stopped != 0 {
+		old.Expires = s.stopped
+	} else {
+		m.Replicas++
+	}
+	m.Members = append(m.Members, old)
+	return m, nil
+}
+
+func (s *oldReplicaStore) stop(now int64) {
+	s.mu.Lock()
+	s.stopped = now
+	s.mu.Unlock()
+}
+
+// TestSimSlidingSharesWaitForOldReplicas: while a replica of a version
+// that does not count a sliding window's static shares may be live, the
+// others hold none of a sliding window (its credit would be granted out
+// of them), but keep a fixed window's; once its lease ended before an
+// epoch's sharers were counted (shareBase), they hold them again.
+func TestSimSlidingSharesWaitForOldReplicas(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		st := &oldReplicaStore{Store: memstore.New(nil)}
+		a, _ := startReplica(t, st, "a")
+		b, _ := startReplica(t, st, "b")
+		time.Sleep(time.Until(time.Now().Truncate(time.Minute).Add(2*time.Minute + 5*time.Second)))
+		ask := func(rule *limiter.Rule) (denied, local int64) { return askKeys(rule, 100, a, b) }
+		if d, l := ask(slidingRule(100, time.Minute)); d > 0 || l > 0 {
+			t.Errorf("sliding window beside an old replica: %d denied, %d of 800 decided locally; want none from shares", d, l)
+		}
+		if d, l := ask(perMinute(100)); d > 0 || l < 700 {
+			t.Errorf("fixed window beside an old replica: %d denied, %d of 800 decided locally", d, l)
+		}
+		st.stop(time.Now().UnixMicro())
+		// Its lease ended before the next minute began: the minute after
+		// counts the sharers of that one.
+		time.Sleep(time.Until(time.Now().Truncate(time.Minute).Add(2*time.Minute + 5*time.Second)))
+		if d, l := ask(slidingRule(100, time.Minute)); d > 0 || l < 700 {
+			t.Errorf("sliding window once the old replica stopped: %d denied, %d of 800 decided locally", d, l)
+		}
+	})
 }

@@ -62,7 +62,7 @@ func TestRegistryForgets(t *testing.T) {
 				if err := client.ZAdd(ctx, st.RegistryKey(), redis.Z{Score: float64(p.expires), Member: p.id}).Err(); err != nil {
 					t.Fatal(err)
 				}
-				if err := client.HSet(ctx, st.JoinedKey(), "j:"+p.id, p.joined).Err(); err != nil {
+				if err := client.HSet(ctx, st.JoinedKey(), "j:"+p.id, p.joined, "v:"+p.id, "1").Err(); err != nil {
 					t.Fatal(err)
 				}
 			}
@@ -83,8 +83,8 @@ func TestRegistryForgets(t *testing.T) {
 			}
 			// The forgotten are gone from both halves of the registry.
 			n, err := client.HLen(ctx, st.JoinedKey()).Result()
-			if err != nil || n != int64(len(got.Members))+1 { // and since
-				t.Errorf("joined instants: %d fields, %v; want %d", n, err, len(got.Members)+1)
+			if err != nil || n != 2*int64(len(got.Members))+1 { // j: and v: of each, and since
+				t.Errorf("joined instants and versions: %d fields, %v; want %d", n, err, 2*len(got.Members)+1)
 			}
 			// A forgotten replica that comes back joins anew.
 			back, err := st.Heartbeat(ctx, tc.members(now)[0].id, time.Minute)
@@ -107,4 +107,40 @@ func summary(m limiter.Membership) string {
 		return fmt.Sprintf("{Replicas:%d Now:%d Since:%d Members:%d}", m.Replicas, m.Now, m.Since, len(m.Members))
 	}
 	return fmt.Sprintf("%+v", m)
+}
+
+// TestRegistryOldVersion: a replica of a version that does not count a
+// sliding window's static shares heartbeats through a script that sets
+// no v: field; the registry lists it without Member.Sliding, and one of
+// this version with it, kept by its earlier incarnation.
+func TestRegistryOldVersion(t *testing.T) {
+	client := redistest.Start(t).Client(t)
+	ctx := context.Background()
+	st := redisstore.New(client, newService())
+	now := time.Now().UnixMicro()
+	// The old version's heartbeat, as its script writes it.
+	if err := client.ZAdd(ctx, st.RegistryKey(), redis.Z{Score: float64(now + 60_000_000), Member: "old"}).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if err := client.HSet(ctx, st.JoinedKey(), "j:old", now).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := st.Heartbeat(ctx, "new", 10*time.Millisecond); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(20 * time.Millisecond) // new's lease ends: it joins again
+	m, err := st.Heartbeat(ctx, "new", time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sliding := map[string][]bool{}
+	for _, x := range m.Members {
+		sliding[x.Name] = append(sliding[x.Name], x.Sliding)
+	}
+	if fmt.Sprint(sliding["old"]) != "[false]" || fmt.Sprint(sliding["new"]) != "[true true]" {
+		t.Fatalf("Sliding by member: %v; want old false, new's two incarnations true", sliding)
+	}
+	if m.SlidingReady(now) {
+		t.Error("SlidingReady with the old replica live")
+	}
 }

@@ -16,13 +16,18 @@
 --            d:<id>  the shrink replica id declared (declare.lua,
 --                    Declaration), "at n until"; dropped when it joins
 --                    again
+--            v:<id>  "1": replica id counts a sliding window's static
+--                    shares (Member.Sliding), set by every heartbeat of
+--                    this script and kept by an earlier incarnation; a
+--                    replica of an earlier version sets none
 --            since   the latest lease end the registry forgot, µs
 --                    (absent: 0)
 -- ARGV     replica, lease(µs)
 -- Reply    now, live replicas (at least 1), since, when replica joined,
 --          then per member: joined, expires, flags (1: one of replica's
---          own incarnations; 2: it left by leave.lua), id, its declared
---          shrink ("at n until"; "": none)
+--          own incarnations; 2: it left by leave.lua; 4: it counts a
+--          sliding window's shares), id, its declared shrink ("at n
+--          until"; "": none)
 --
 -- The registry remembers a replica RETAIN after its lease ends, at most
 -- MAXMEMBERS of them: it lists every replica whose lease ended after
@@ -49,6 +54,9 @@ else
     local past = replica .. '\0' .. was
     redis.call('ZADD', reg, score, past)
     redis.call('HSET', meta, 'j:' .. past, was)
+    if redis.call('HGET', meta, 'v:' .. replica) then
+      redis.call('HSET', meta, 'v:' .. past, '1')
+    end
     local left = redis.call('HGET', meta, 'g:' .. replica)
     if left then
       redis.call('HDEL', meta, 'g:' .. replica)
@@ -58,6 +66,7 @@ else
   redis.call('HSET', meta, joined, fmt(now))
   redis.call('HDEL', meta, 'd:' .. replica) -- a shrink is of the incarnation that declared it
 end
+redis.call('HSET', meta, 'v:' .. replica, '1')
 local mine = tonumber(redis.call('HGET', meta, joined))
 redis.call('ZADD', reg, fmt(now + tonumber(ARGV[2])), replica)
 redis.call('PERSIST', reg) -- earlier versions gave the registry an expiry
@@ -75,6 +84,7 @@ if drop > 0 then
     fields[#fields + 1] = 'j:' .. gone[i]
     fields[#fields + 1] = 'g:' .. gone[i]
     fields[#fields + 1] = 'd:' .. gone[i]
+    fields[#fields + 1] = 'v:' .. gone[i]
   end
   since = math.max(since, tonumber(gone[#gone]))
   redis.call('ZREMRANGEBYRANK', reg, 0, drop - 1)
@@ -91,20 +101,22 @@ if #members > 0 then
     fields[#fields + 1] = 'j:' .. members[i]
     fields[#fields + 1] = 'g:' .. members[i]
     fields[#fields + 1] = 'd:' .. members[i]
+    fields[#fields + 1] = 'v:' .. members[i]
   end
   local meta_of = redis.call('HMGET', meta, unpack(fields))
   local own = replica .. '\0'
   for i = 1, #members / 2 do
     local id = members[2 * i - 1]
-    local joins = meta_of[3 * i - 2]
+    local joins = meta_of[4 * i - 3]
     out[#out + 1] = (joins and tonumber(joins)) or 0
     out[#out + 1] = tonumber(members[2 * i])
     local flags = (id == replica or string.sub(id, 1, #own) == own) and 1 or 0
-    local left = meta_of[3 * i - 1]
+    local left = meta_of[4 * i - 2]
     if left and tonumber(left) == tonumber(members[2 * i]) then flags = flags + 2 end
+    if meta_of[4 * i] then flags = flags + 4 end
     out[#out + 1] = flags
     out[#out + 1] = id
-    out[#out + 1] = meta_of[3 * i] or ''
+    out[#out + 1] = meta_of[4 * i - 1] or ''
   end
 end
 return out
