@@ -39,7 +39,7 @@ func (mv *memberView) shareBase(a Algorithm, start, period int64) int64 {
 	if a != SlidingWindow {
 		return start
 	}
-	if mv != nil && !mv.m.SlidingReady(start-period) {
+	if mv != nil && !mv.m.SlidingReady(start-period, period, lease) {
 		return 0
 	}
 	return start - period

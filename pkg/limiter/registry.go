@@ -71,12 +71,27 @@ type Member struct {
 }
 
 // SlidingReady reports whether a sliding window's static shares may be
-// held of epochs whose sharers are those of the epoch that began at
-// start (shareBase): every replica whose lease ended after start counts
-// them. Every replica reading one registry answers the same.
-func (m Membership) SlidingReady(start int64) bool {
+// held of epochs whose sharers are those of the epoch of period that
+// began at start (shareBase): every one of those sharers (or founders)
+// counts them. Every replica reading one registry answers the same, as
+// it counts the same sharers. A replica of an earlier version that
+// joined since (a rollback, or one restarted in the middle of an
+// upgrade) is not one of them: its syncs do not count the shares of the
+// epochs under way, for at most the two whose sharers were counted
+// before it joined.
+func (m Membership) SlidingReady(start, period int64, lease time.Duration) bool {
+	if start <= m.Since {
+		return true // no sharers: no shares
+	}
+	lu := int64(lease / time.Microsecond)
+	sharer := func(x Member) bool { return x.Joined <= start-lu && x.Expires > start }
+	if m.Sharers(start, period, lease) < 0 {
+		f := m.founding(start, period)
+		span := int64(foundingSpan / time.Microsecond)
+		sharer = func(x Member) bool { return x.Joined >= f.g && x.Joined < f.g+span }
+	}
 	for _, x := range m.Members {
-		if !x.Sliding && x.Expires > start {
+		if !x.Sliding && sharer(x) {
 			return false
 		}
 	}

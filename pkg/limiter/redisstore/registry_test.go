@@ -140,7 +140,7 @@ func TestRegistryOldVersion(t *testing.T) {
 	if fmt.Sprint(sliding["old"]) != "[false]" || fmt.Sprint(sliding["new"]) != "[true true]" {
 		t.Fatalf("Sliding by member: %v; want old false, new's two incarnations true", sliding)
 	}
-	if m.SlidingReady(now) {
-		t.Error("SlidingReady with the old replica live")
+	if m.SlidingReady(m.Now+int64(30*time.Second/time.Microsecond), int64(time.Minute/time.Microsecond), 3*time.Second) {
+		t.Error("SlidingReady with the old replica a sharer")
 	}
 }
