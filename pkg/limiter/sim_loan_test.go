@@ -29,9 +29,15 @@ func startReplica(t *testing.T, store limiter.Store, name string) (*limiter.Limi
 // sharers of, then, 5 s in, starts c and stops b, as a rolling update
 // replaces one replica, and lets the registry's heartbeats catch up.
 func rollOver(t *testing.T, st limiter.Store) (a, c *limiter.Limiter) {
+	return rollOverIn(t, st, 1)
+}
+
+// rollOverIn is rollOver in the minute-th minute from now: a sliding
+// window's shares begin a minute later than a fixed window's.
+func rollOverIn(t *testing.T, st limiter.Store, minute int) (a, c *limiter.Limiter) {
 	a, _ = startReplica(t, st, "a")
 	_, stopB := startReplica(t, st, "b")
-	time.Sleep(time.Until(time.Now().Truncate(time.Minute).Add(time.Minute + 5*time.Second)))
+	time.Sleep(time.Until(time.Now().Truncate(time.Minute).Add(time.Duration(minute)*time.Minute + 5*time.Second)))
 	c, _ = startReplica(t, st, "c")
 	time.Sleep(500 * time.Millisecond)
 	stopB()
@@ -68,8 +74,13 @@ func askKeys(rule *limiter.Rule, keys int, ls ...*limiter.Limiter) (denied, loca
 // askCounted is askKeys of 500 keys of 100 a minute that also counts the
 // key syncs st saw meanwhile; st counts no more after it.
 func askCounted(st *itemCounter, ls ...*limiter.Limiter) (denied, local, syncs int64) {
+	return askCountedOf(st, perMinute(100), ls...)
+}
+
+// askCountedOf is askCounted of keys of rule.
+func askCountedOf(st *itemCounter, rule *limiter.Rule, ls ...*limiter.Limiter) (denied, local, syncs int64) {
 	items0 := st.items.Load()
-	denied, local = askKeys(perMinute(100), 500, ls...)
+	denied, local = askKeys(rule, 500, ls...)
 	syncs = st.items.Load() - items0
 	st.closed.Store(true)
 	return denied, local, syncs
@@ -83,11 +94,24 @@ func askCounted(st *itemCounter, ls ...*limiter.Limiter) (denied, local, syncs i
 // key syncs and 1 was decided locally. With one, a key's first request
 // borrows the share b left and the other three are decided locally: 500
 // key syncs, 1 500 local decisions.
+//
+// Of a sliding window, whose shares a and b hold from their second
+// minute, in which c replaces b: the same.
 func TestSimLoanAfterRollingUpdate(t *testing.T) {
+	for _, rule := range []*limiter.Rule{perMinute(100), slidingRule(100, time.Minute)} {
+		t.Run(rule.Algorithm.String(), func(t *testing.T) { simLoanAfterRollingUpdate(t, rule) })
+	}
+}
+
+func simLoanAfterRollingUpdate(t *testing.T, rule *limiter.Rule) {
 	synctest.Test(t, func(t *testing.T) {
 		st := &itemCounter{Store: memstore.New(nil)}
-		_, c := rollOver(t, st)
-		denied, local, syncs := askCounted(st, c)
+		minute := 1
+		if rule.Algorithm == limiter.SlidingWindow {
+			minute = 2
+		}
+		_, c := rollOverIn(t, st, minute)
+		denied, local, syncs := askCountedOf(st, rule, c)
 		t.Logf("2000 decisions on the new replica: %d denied, %d local, %d key syncs; %v", denied, local, syncs, c.Stats().Decisions)
 		if denied > 0 {
 			t.Errorf("%d requests of keys far below their limit denied", denied)

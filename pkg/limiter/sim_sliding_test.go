@@ -2,7 +2,6 @@ package limiter_test
 
 import (
 	"context"
-	"fmt"
 	"slices"
 	"sync"
 	"testing"
@@ -48,6 +47,18 @@ func (r *keyRun) checkSliding(t *testing.T) (over int) {
 	return over
 }
 
+// checkLimit fails t for a window of a key over the limit (check), or
+// for a sliding window, an admit that took its count over (checkSliding),
+// and returns how many.
+func (r *keyRun) checkLimit(t *testing.T) int {
+	t.Helper()
+	if r.s.rule.Algorithm == limiter.SlidingWindow {
+		return r.checkSliding(t)
+	}
+	over, _ := r.check(t, false)
+	return over
+}
+
 // TestSimManyKeysFarBelowSliding: TestSimManyKeysFarBelowLimit of a
 // sliding window: 5 000 keys under a 100/minute sliding window at 0.15
 // requests a second each, on 1, 2 and 4 replicas. Once the replicas hold
@@ -56,40 +67,9 @@ func (r *keyRun) checkSliding(t *testing.T) (over int) {
 // denied, no decision waits for the store and no key syncs, and no key's
 // sliding count goes over its limit.
 func TestSimManyKeysFarBelowSliding(t *testing.T) {
-	largeSim(t)
-	t.Parallel()
-	for _, n := range []int{1, 2, 4} {
-		t.Run(fmt.Sprint(n, " replicas"), func(t *testing.T) {
-			t.Parallel()
-			var rounds uint64
-			// A sliding window's shares begin a window later than a fixed
-			// window's (shareBase): the first minute is not measured.
-			from := warmUp + time.Minute
-			r := keySim{rule: slidingRule(100, time.Minute), replicas: n, keys: 5000, rate: 750,
-				duration: from + 66*time.Second, measureFrom: from,
-				during: func(r *keyRun) {
-					time.Sleep(from + 5*time.Second) // the keys of the first minute hand back their credit
-					for _, l := range r.lims {
-						rounds -= l.Stats().Rounds
-					}
-				}}.run(t)
-			over := r.checkSliding(t)
-			for _, l := range r.lims {
-				rounds += l.Stats().Rounds
-			}
-			t.Logf("%d requests; %d waited for the store; %d admits over; %d key windows with denials; %d sync rounds from 5 s after the warm-up",
-				r.requests, r.waited, over, len(r.denied), rounds)
-			if r.waited > 0 {
-				t.Errorf("%d decisions of %d waited for the store after the shares began: %v", r.waited, r.requests, r.slow)
-			}
-			if len(r.denied) > 0 {
-				t.Errorf("%d key windows had denials", len(r.denied))
-			}
-			if rounds > 0 {
-				t.Errorf("%d sync rounds for keys far below their limit", rounds)
-			}
-		})
-	}
+	// A sliding window's shares begin a window later than a fixed
+	// window's (shareBase): the first minute is not measured.
+	simManyKeysFarBelow(t, slidingRule(100, time.Minute), warmUp+time.Minute)
 }
 
 // TestSimSkewedManyKeysSliding: 1 000 keys of a 10-a-second sliding
@@ -119,80 +99,6 @@ func TestSimSkewedManyKeysSliding(t *testing.T) {
 	}
 	t.Logf("%d requests; %d denied after 5 s; %d admits over; %d quiet key windows with denials; %d decisions waited for the store, the longest %v",
 		r.requests, denied, over, quiet, r.waited, r.longest)
-}
-
-// TestSimScaleOutSliding: 2 → 4 replicas in the middle of a window at 5×
-// the load of one sliding-window key, a minute's and a second's: the
-// sliding count never goes over the limit.
-func TestSimScaleOutSliding(t *testing.T) {
-	for _, rule := range []*limiter.Rule{slidingRule(100, time.Minute), slidingRule(50, time.Second)} {
-		p := rule.Windows[0].Period
-		rate := 5 * float64(rule.Windows[0].Limit) / p.Seconds()
-		r := keySim{rule: rule, replicas: 2, keys: 1, rate: rate, duration: 200 * time.Second, measureFrom: 200 * time.Second,
-			during: func(r *keyRun) {
-				time.Sleep(90 * time.Second)
-				r.add()
-				r.add()
-			}}.run(t)
-		r.checkSliding(t)
-		admitted := make([]uint64, 0, len(r.admitted))
-		for w := range min(uint64(200*time.Second/p), 12) {
-			admitted = append(admitted, r.admitted[[2]uint64{0, uint64(r.start.UnixNano()/int64(p)) + w}])
-		}
-		t.Logf("%v: admitted per window, the first %d: %v", p, len(admitted), admitted)
-	}
-}
-
-// TestSimLoanAfterRollingUpdateSliding is TestSimLoanAfterRollingUpdate
-// of a sliding window: a and b hold its shares from their second minute,
-// in which c replaces b. A key's first request on c borrows a share of
-// the minute (the store counts none of b's, which left), and the other
-// three are decided locally.
-func TestSimLoanAfterRollingUpdateSliding(t *testing.T) {
-	synctest.Test(t, func(t *testing.T) {
-		st := &itemCounter{Store: memstore.New(nil)}
-		startReplica(t, st, "a")
-		_, stopB := startReplica(t, st, "b")
-		time.Sleep(time.Until(time.Now().Truncate(time.Minute).Add(2*time.Minute + 5*time.Second)))
-		c, _ := startReplica(t, st, "c")
-		time.Sleep(500 * time.Millisecond)
-		stopB()
-		time.Sleep(2 * time.Second)
-		items0 := st.items.Load()
-		denied, local := askKeys(slidingRule(100, time.Minute), 500, c)
-		syncs := st.items.Load() - items0
-		st.closed.Store(true)
-		t.Logf("2000 decisions on the new replica: %d denied, %d local, %d key syncs; %v", denied, local, syncs, c.Stats().Decisions)
-		if denied > 0 {
-			t.Errorf("%d requests of keys far below their limit denied", denied)
-		}
-		if local < 1400 {
-			t.Errorf("%d of 2 000 decided locally, want 3 of each key's 4 at least (1 500) but a few", local)
-		}
-		if syncs > 700 {
-			t.Errorf("%d key syncs for 500 keys, want about one a key", syncs)
-		}
-	})
-}
-
-// TestSimRestartSliding is TestSimRestart of a sliding window: a replica
-// killed in the middle of a minute and replaced at once, at 5× the load
-// of one key: the sliding count never goes over the limit (the store
-// keeps the crashed replica's shares reserved, as of a fixed window).
-func TestSimRestartSliding(t *testing.T) {
-	rule := slidingRule(100, time.Minute)
-	r := keySim{rule: rule, replicas: 4, keys: 1, rate: 5 * 100 / 60.0, duration: 300 * time.Second, measureFrom: 300 * time.Second,
-		during: func(r *keyRun) {
-			time.Sleep(150 * time.Second)
-			r.crash(1)
-			r.add()
-		}}.run(t)
-	r.checkSliding(t)
-	var admitted []uint64
-	for w := range uint64(5) {
-		admitted = append(admitted, r.admitted[[2]uint64{0, uint64(r.start.UnixNano()/int64(time.Minute)) + w}])
-	}
-	t.Logf("admitted per minute: %v", admitted)
 }
 
 // TestSimSlowStoreSliding is TestSimSlowStore of a sliding window, from
