@@ -217,9 +217,8 @@ func (r *KeyRecord) chargeShares(replica string, it *SyncItem, ws []Window, now 
 	}
 	size := ShareSize(w, frac, n)
 	sw := Window{Limit: size, Period: w.Period}
-	// A sliding window's reservations end with the epoch: the next
-	// epoch's shares were counted when they were granted, not those of
-	// the one after, in which what they admit still counts.
+	// A sliding window's reservations may outlive the epoch only as
+	// slidingCarry says, once the grant is known (KeyRecord.Sync).
 	h := heldShares{returns: maxExact, carry: epoch == it.ShareEpoch && it.SharersNext == it.Sharers && !it.sliding()}
 	if it.sliding() {
 		h.prev, h.next = r.slidingShares(it, w, epoch, prev, next, now)
@@ -392,7 +391,8 @@ func distinct(names []string) int {
 }
 
 // shareExpiry is when a reservation of units lapses: now + lease; the
-// epoch's end unless h carries; when the first released share returns if
+// epoch's end unless h carries (a sliding window's that carries, the next
+// epoch's end); when the first released share returns if
 // the units reach into released shares. perm is what avail would be with
 // those shares back.
 func shareExpiry(it *SyncItem, ws []Window, h heldShares, units, perm uint64, now int64) int64 {
@@ -400,9 +400,12 @@ func shareExpiry(it *SyncItem, ws []Window, h heldShares, units, perm uint64, no
 	if !sharesOf(it) {
 		return exp
 	}
-	if !h.carry {
-		p := int64(ws[0].Period)
+	p := int64(ws[0].Period)
+	switch {
+	case !h.carry:
 		exp = min(exp, (now/p+1)*p)
+	case it.sliding():
+		exp = min(exp, (now/p+2)*p) // spent in the next epoch at most (slidingCarry)
 	}
 	if units > perm {
 		exp = min(exp, h.returns)

@@ -24,10 +24,10 @@ package limiter
 //	min(L − (cur + ⌈(prev + held_prev)·w⌉ + reserved + held),
 //	    L − (cur + reserved + held + held_next))
 //
-// A replica that needs more than its share releases its share of the
-// next epoch with its sync (SyncItem.Release in it), as the replicas that
-// read the key contended do: the next epoch's shares then hold nothing of
-// the budget, and a key at its limit is shared by credit alone.
+// The replicas of a busy key release their shares of the next epoch
+// ahead (releaseUpTo), as those that read a key contended do: the next
+// epoch's shares then hold nothing of the budget, and a key at its limit
+// is shared by credit alone.
 
 // unknownSharers stands for the sharers of an epoch an item does not
 // say (it was made in the epoch before the store's): their shares hold
@@ -93,10 +93,11 @@ func (r *KeyRecord) slidingShares(it *SyncItem, w Window, epoch int64, nPrev, nN
 }
 
 // slidingCarry reports whether a sliding window's reservations, reserved
-// units in all, may outlive the epoch: units spent in the next epoch
-// still count at the start of the one after, beside its shares, which
-// nobody has counted yet. They may if they fit beside the next epoch's
-// shares (h.next) and the most the shares of the one after hold.
+// units in all, may outlive the epoch, to the end of the next one at
+// most (shareExpiry): units spent in the next epoch still count at the
+// start of the one after, beside its shares, which nobody has counted
+// yet. They may if they fit beside the next epoch's shares (h.next) and
+// the most the shares of the one after hold.
 func slidingCarry(it *SyncItem, w Window, h heldShares, reserved uint64) bool {
 	most := splitShare(w.Limit, ShareFraction(it.Algorithm, it.Share), 1)
 	return satAdd(reserved, satAdd(h.next, most)) <= w.Limit

@@ -485,6 +485,8 @@ local function sync(key, a)
     if not carry then
       local p = ws[1].p
       expires = min(expires, (ws[1].e + 1) * p)
+    elseif alg == SLIDING then -- spent in the next epoch at most (slidingCarry)
+      expires = min(expires, (ws[1].e + 2) * ws[1].p)
     end
     if credit > satsub(avail, released) then
       expires = min(expires, returns)
