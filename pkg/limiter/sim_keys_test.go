@@ -96,6 +96,15 @@ func (r *keyRun) add() int {
 	return i
 }
 
+// stop takes replica i out of traffic and stops it as a process told
+// to: it pushes its share hits, releases and leaves the registry.
+func (r *keyRun) stop(i int) {
+	r.mu.Lock()
+	r.lims[i] = nil
+	r.mu.Unlock()
+	r.cancels[i]()
+}
+
 // crash cuts replica i off the store and from traffic, as a killed
 // process: nothing is pushed or released.
 func (r *keyRun) crash(i int) {
