@@ -106,10 +106,11 @@ func (e *engine) prepare(cs *creditState, now int64) SyncItem {
 		it.ShareEpoch = snow / p
 		it.Sharers = mv.sharers(base, p)
 		it.SharersNext = mv.sharers(mv.shareBase(cs.rule.Algorithm, start+p, p), p)
-		it.SharersPrev = mv.sharers(mv.shareBase(cs.rule.Algorithm, start-p, p), p)
 		it.Gone = mv.gone(base, p)
 		if cs.rule.Algorithm == FixedWindow {
-			it.Shrunk = mv.shrunk(base, p) // a sliding window's shares are not shrunk
+			it.Shrunk = mv.shrunk(base, p)
+		} else { // a sliding window's shares are not shrunk; the epoch before's count
+			it.SharersPrev = mv.sharers(mv.shareBase(cs.rule.Algorithm, start-p, p), p)
 		}
 		e.loanFields(cs, &it, mv, snow, now)
 		if it.Borrow {
