@@ -128,3 +128,41 @@ func (mv *memberView) shrunk(start, period int64) []ShrunkSharer {
 	}
 	return mv.m.Shrunk(start, period, lease)
 }
+
+// shareFields fills in the static share fields of key cs's item it, made
+// at store instant snow: the share hits and a release (takeShare), the
+// share epoch and its sharers, and a loan held or asked for. cs.mu must
+// be held.
+func (e *engine) shareFields(cs *creditState, it *SyncItem, snow, now int64) {
+	// One copy of the registry for all of it: the counts of a founding
+	// epoch change as its founders become known.
+	mv := e.members.Load()
+	p := int64(cs.ws[0].Period)
+	upTo := e.releaseUpTo(cs, mv, snow, now)
+	start := snow / p * p
+	base := mv.shareBase(cs.rule.Algorithm, start, p)
+	cs.share.takeShare(it, snow, cs.ws[0], e.sharersIn(mv, base, p, now) != 0 || cs.share.holdsLoan(cs.ws[0], snow), upTo)
+	if it.Release/p > snow/p {
+		cs.share.keep.Store(now + ((it.Release/p+1)*p-snow)*1000)
+	}
+	it.ShareEpoch = snow / p
+	it.Sharers = mv.sharers(base, p)
+	it.SharersNext = mv.sharers(mv.shareBase(cs.rule.Algorithm, start+p, p), p)
+	it.Gone = mv.gone(base, p)
+	if cs.rule.Algorithm == FixedWindow {
+		it.Shrunk = mv.shrunk(base, p)
+	} else { // a sliding window's shares are not shrunk; the epoch before's count
+		it.SharersPrev = mv.sharers(mv.shareBase(cs.rule.Algorithm, start-p, p), p)
+	}
+	e.loanFields(cs, it, mv, snow, now)
+	if it.Borrow {
+		it.Want = 0 // a loan serves the waiters, or else the last mile
+	}
+	if !mv.fresh(now) {
+		// No copy of the registry young enough to count the sharers as
+		// the others do (the first heartbeat failed, or the last few): an
+		// epoch the store has left behind makes it count the whole window
+		// as held, and grant nothing.
+		it.ShareEpoch = max(it.ShareEpoch-2, 1)
+	}
+}
