@@ -283,61 +283,6 @@ func (r *KeyRecord) chargeShares(replica string, it *SyncItem, ws []Window, now 
 	return h
 }
 
-// lend lends the caller a share of the current epoch (SyncItem.Borrow)
-// out of left, the budget no reservation or share holds: ShareSize at
-// the epoch's sharers (a founding epoch's: a founder's share) and at the
-// N replicas live (several may borrow at once: a founding epoch's late
-// joiners), or less if less is left; its part of left, ⌊share·left/N⌋,
-// if a replica still live released its share of the epoch (releasedIn):
-// that one may need the rest as credit. A replica that left released
-// its share for good: a rolling update's new replica borrows a whole
-// share. A replica
-// that holds a loan of the epoch is told its size again (a reply may
-// have been lost); one that released its share of the epoch, or asks of
-// an epoch the store is not in, or of one without sharers, gets none.
-// It returns the loan's size and what of left it took.
-func (r *KeyRecord) lend(replica string, it *SyncItem, ws []Window, left uint64, now int64) (lent, took uint64) {
-	if !it.Borrow || !sharesOf(it) || it.Sharers == 0 || now/int64(ws[0].Period) != it.ShareEpoch {
-		return 0, 0
-	}
-	epoch := it.ShareEpoch
-	rec := r.Shares[replica]
-	switch {
-	case rec.releasedIn(epoch):
-		return 0, 0
-	case rec.lent(epoch):
-		return rec.Lent, 0
-	}
-	part := 1
-	if r.releasedIn(replica, it, epoch) {
-		part = it.Replicas
-	}
-	frac := ShareFraction(it.Algorithm, it.Share)
-	g := min(ShareSize(ws[0], frac, it.Sharers), ShareSize(ws[0], frac, max(it.Replicas, 1)), splitShare(left, it.Share, part))
-	if g == 0 {
-		return 0, 0
-	}
-	rec.Lent, rec.LentEpoch = g, epoch
-	if r.Shares == nil {
-		r.Shares = make(map[string]ShareRecord)
-	}
-	r.Shares[replica] = rec
-	return g, g
-}
-
-// releasedIn reports whether a replica other than the caller, not one
-// that left by Leave (SyncItem.Gone), released its share of epoch: the
-// key was contended, and that replica may need the rest of what it gave
-// up as credit.
-func (r *KeyRecord) releasedIn(replica string, it *SyncItem, epoch int64) bool {
-	for id, rec := range r.Shares {
-		if id != replica && rec.releasedIn(epoch) && !slices.Contains(it.Gone, id) {
-			return true
-		}
-	}
-	return false
-}
-
 // declaredShrinks maps the sharers of it's epoch that declared a shrink
 // of their shares (SyncItem.Shrunk) to their counts, the largest if
 // named twice; nil when none shrinks a share (a founding epoch's, or at
