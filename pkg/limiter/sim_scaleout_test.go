@@ -17,9 +17,15 @@ import (
 // sharers of, then, 5 s in, starts c and d, as a scale-out adds replicas
 // and none leaves, and lets the registry's heartbeats catch up.
 func scaleOut(t *testing.T, st limiter.Store) []*limiter.Limiter {
+	return scaleOutIn(t, st, 1)
+}
+
+// scaleOutIn is scaleOut in the minute-th minute from now: a sliding
+// window's shares begin a minute later than a fixed window's.
+func scaleOutIn(t *testing.T, st limiter.Store, minute int) []*limiter.Limiter {
 	a, _ := startReplica(t, st, "a")
 	b, _ := startReplica(t, st, "b")
-	time.Sleep(time.Until(time.Now().Truncate(time.Minute).Add(time.Minute + 5*time.Second)))
+	time.Sleep(time.Until(time.Now().Truncate(time.Minute).Add(time.Duration(minute)*time.Minute + 5*time.Second)))
 	c, _ := startReplica(t, st, "c")
 	d, _ := startReplica(t, st, "d")
 	time.Sleep(2 * time.Second)

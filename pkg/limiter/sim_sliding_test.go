@@ -284,13 +284,7 @@ func churn(r *keyRun, seed uint64, crashes bool) (crashed int) {
 func TestSimScaleOutSliding(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		st := &itemCounter{Store: memstore.New(nil)}
-		a, _ := startReplica(t, st, "a")
-		b, _ := startReplica(t, st, "b")
-		time.Sleep(time.Until(time.Now().Truncate(time.Minute).Add(2*time.Minute + 5*time.Second)))
-		c, _ := startReplica(t, st, "c")
-		d, _ := startReplica(t, st, "d")
-		time.Sleep(2 * time.Second)
-		denied, local, syncs := askCountedOf(st, slidingRule(100, time.Minute), a, b, c, d)
+		denied, local, syncs := askCountedOf(st, slidingRule(100, time.Minute), scaleOutIn(t, st, 2)...)
 		t.Logf("8 000 decisions: %d denied, %d local, %d key syncs", denied, local, syncs)
 		if denied > 0 {
 			t.Errorf("%d requests of keys far below their limit denied", denied)
