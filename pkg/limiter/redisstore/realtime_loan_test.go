@@ -148,8 +148,12 @@ func TestRealtimeScaleOutKeepsShares(t *testing.T) {
 // request waited, it counts against a bound: more of them than a quarter
 // of the newcomers' decisions that waited for a round fails the test.
 // (A CI run beside a CPU hog and the rest of the suite made a third of
-// the test's usual decisions, and denied 106 of 330 so.) It returns how
-// many were denied while the scheduler stalled so.
+// the test's usual decisions, and denied 106 of 330 so.) A newcomer's
+// request that waited for a round less long is excused only if the
+// scheduler stalled the process that much while it waited (a CI run of
+// the suite alone, on a machine busy enough to make two thirds of the
+// usual decisions, denied 4 so after 11–34 ms, in mode overrun). It
+// returns how many were denied while the scheduler stalled so.
 func rtNewcomerDenials(t *testing.T, calls []rtCall, stalls *rtStalls, isNew func(rtCall) bool) (excused int) {
 	t.Helper()
 	waited, slow := 0, 0
@@ -168,8 +172,14 @@ func rtNewcomerDenials(t *testing.T, calls []rtCall, stalls *rtStalls, isNew fun
 			} else {
 				slow++
 			}
+		case isNew(c) && c.mode != limiter.ModeLocal && stalls.during(c) >= rtStalledTolerance:
+			// Its round came late because the scheduler stalled the
+			// process, not because Redis did.
+			t.Logf("a newcomer's request denied after %v (%v) while the scheduler stalled %v", wait, c.mode, stalls.during(c))
+			excused++
 		default:
-			t.Errorf("a request of a key far below its limit denied on replica %d after %v (%v)", c.replica, wait, c.mode)
+			t.Errorf("a request of a key far below its limit denied on replica %d after %v (%v; the scheduler stalled %v meanwhile)",
+				c.replica, wait, c.mode, stalls.during(c))
 		}
 	}
 	if slow*4 > waited {
