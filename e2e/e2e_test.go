@@ -39,14 +39,20 @@ func binary(t *testing.T) string {
 	return out
 }
 
-func freePort(t *testing.T) string {
+// freeAddrs picks n distinct free loopback addresses: every listener is
+// held until all are picked, so the kernel cannot hand out one port twice.
+func freeAddrs(t *testing.T, n int) []string {
 	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
+	addrs := make([]string, n)
+	for i := range addrs {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer l.Close()
+		addrs[i] = l.Addr().String()
 	}
-	defer l.Close()
-	return l.Addr().String()
+	return addrs
 }
 
 // proc is one running replica.
@@ -59,7 +65,8 @@ type proc struct {
 
 func startReplica(t *testing.T, bin, config, redisURL, id string) *proc {
 	t.Helper()
-	p := &proc{grpc: freePort(t), http: freePort(t), exited: make(chan error, 1), logs: new(strings.Builder)}
+	addrs := freeAddrs(t, 2)
+	p := &proc{grpc: addrs[0], http: addrs[1], exited: make(chan error, 1), logs: new(strings.Builder)}
 	p.cmd = exec.Command(bin, "--config", config, "--grpc-addr", p.grpc, "--http-addr", p.http,
 		"--log-format", "text", "--shutdown-timeout", "5s")
 	p.cmd.Env = append(os.Environ(), "REDIS_URL="+redisURL, "POD_NAME="+id)

@@ -3,6 +3,8 @@ package main
 import (
 	"bytes"
 	"context"
+	"errors"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
@@ -11,6 +13,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -30,12 +33,23 @@ import (
 
 func freeAddr(t *testing.T) string {
 	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
+	return freeAddrs(t, 1)[0]
+}
+
+// freeAddrs picks n distinct free loopback addresses: every listener is
+// held until all are picked, so the kernel cannot hand out one port twice.
+func freeAddrs(t *testing.T, n int) []string {
+	t.Helper()
+	addrs := make([]string, n)
+	for i := range addrs {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer l.Close()
+		addrs[i] = l.Addr().String()
 	}
-	defer l.Close()
-	return l.Addr().String()
+	return addrs
 }
 
 type service struct {
@@ -54,15 +68,70 @@ func start(t *testing.T, configPath string, extra ...string) *service {
 // startEnv is start with environment variables.
 func startEnv(t *testing.T, configPath string, env map[string]string, extra ...string) *service {
 	t.Helper()
-	s := &service{grpcAddr: freeAddr(t), httpAddr: freeAddr(t), debugAddr: freeAddr(t), done: make(chan error, 1), logs: &syncWriter{b: new(bytes.Buffer)}}
-	ctx, cancel := context.WithCancel(context.Background())
-	s.cancel = cancel
-	args := append([]string{"--config", configPath, "--grpc-addr", s.grpcAddr, "--http-addr", s.httpAddr,
-		"--debug-addr", s.debugAddr}, extra...)
-	go func() { s.done <- run(ctx, args, envOf(env), s.logs, io.Discard) }()
-	t.Cleanup(func() { cancel(); <-s.done })
-	waitHTTP(t, "http://"+s.httpAddr+"/healthcheck")
-	return s
+	return launch(t, func(s *service) ([]string, map[string]string) {
+		args := append([]string{"--config", configPath, "--grpc-addr", s.grpcAddr, "--http-addr", s.httpAddr,
+			"--debug-addr", s.debugAddr}, extra...)
+		return args, env
+	})
+}
+
+// launch runs the service in-process with the arguments and environment
+// argv gives for three free loopback addresses, and waits until it serves.
+// A port picked free can be taken by another process before the service
+// binds it: a start that fails with an address in use is tried again on
+// new ports, twice at most.
+func launch(t *testing.T, argv func(s *service) ([]string, map[string]string)) *service {
+	t.Helper()
+	for attempt := 1; ; attempt++ {
+		addrs := freeAddrs(t, 3)
+		s := &service{grpcAddr: addrs[0], httpAddr: addrs[1], debugAddr: addrs[2],
+			done: make(chan error, 1), logs: &syncWriter{b: new(bytes.Buffer)}}
+		args, env := argv(s)
+		ctx, cancel := context.WithCancel(context.Background())
+		s.cancel = cancel
+		go func() { s.done <- run(ctx, args, envOf(env), s.logs, io.Discard) }()
+		err := waitServing(s)
+		if err == nil {
+			t.Cleanup(func() { cancel(); <-s.done })
+			return s
+		}
+		cancel()
+		if errors.Is(err, errNeverAnswered) {
+			<-s.done
+		}
+		if errors.Is(err, syscall.EADDRINUSE) && attempt < 3 {
+			t.Logf("start %d: %v; trying new ports", attempt, err)
+			continue
+		}
+		t.Fatalf("the service did not start: %v\n%s", err, s.logs.String())
+	}
+}
+
+var errNeverAnswered = errors.New("never answered")
+
+// waitServing polls the service's health check until it answers 200 and
+// returns nil, or returns why the service exited first. A slow start on a
+// busy machine is waited for, up to 30 s.
+func waitServing(s *service) error {
+	url := "http://" + s.httpAddr + "/healthcheck"
+	deadline := time.Now().Add(30 * time.Second)
+	for time.Now().Before(deadline) {
+		if resp, err := http.Get(url); err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				return nil
+			}
+		}
+		select {
+		case err := <-s.done:
+			if err == nil {
+				err = errors.New("run returned nil")
+			}
+			return fmt.Errorf("exited before serving: %w", err)
+		case <-time.After(10 * time.Millisecond):
+		}
+	}
+	return fmt.Errorf("%s: %w", url, errNeverAnswered)
 }
 
 // dial connects a gRPC client to the service's gRPC port, closed when
@@ -75,19 +144,6 @@ func (s *service) dial(t *testing.T) *grpc.ClientConn {
 	}
 	t.Cleanup(func() { conn.Close() })
 	return conn
-}
-
-// waitHTTP polls until the service answers: readiness, not a sleep.
-func waitHTTP(t *testing.T, url string) {
-	t.Helper()
-	for range 200 {
-		if resp, err := http.Get(url); err == nil {
-			resp.Body.Close()
-			return
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-	t.Fatalf("%s never answered", url)
 }
 
 func TestServesExampleConfig(t *testing.T) {

@@ -1,10 +1,7 @@
 package main
 
 import (
-	"bytes"
-	"context"
 	"encoding/json"
-	"io"
 	"net"
 	"net/http"
 	"os"
@@ -28,22 +25,17 @@ func startUpstream(t *testing.T, env map[string]string, files map[string]string)
 			t.Fatal(err)
 		}
 	}
-	s := &service{grpcAddr: freeAddr(t), httpAddr: freeAddr(t), debugAddr: freeAddr(t),
-		done: make(chan error, 1), logs: &syncWriter{b: new(bytes.Buffer)}}
-	all := map[string]string{"RUNTIME_ROOT": root, "RUNTIME_SUBDIRECTORY": "rl"}
-	for name, addr := range map[string]string{"": s.httpAddr, "GRPC_": s.grpcAddr, "DEBUG_": s.debugAddr} {
-		host, port, _ := net.SplitHostPort(addr)
-		all[name+"HOST"], all[name+"PORT"] = host, port
-	}
-	for k, v := range env {
-		all[k] = v
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	s.cancel = cancel
-	go func() { s.done <- run(ctx, nil, envOf(all), s.logs, io.Discard) }()
-	t.Cleanup(func() { cancel(); <-s.done })
-	waitHTTP(t, "http://"+s.httpAddr+"/healthcheck")
-	return s
+	return launch(t, func(s *service) ([]string, map[string]string) {
+		all := map[string]string{"RUNTIME_ROOT": root, "RUNTIME_SUBDIRECTORY": "rl"}
+		for name, addr := range map[string]string{"": s.httpAddr, "GRPC_": s.grpcAddr, "DEBUG_": s.debugAddr} {
+			host, port, _ := net.SplitHostPort(addr)
+			all[name+"HOST"], all[name+"PORT"] = host, port
+		}
+		for k, v := range env {
+			all[k] = v
+		}
+		return nil, all
+	})
 }
 
 // ask posts a RateLimitRequest to /json and returns the HTTP status and

@@ -50,7 +50,8 @@ func TestRunsOnUpstreamEnvironment(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(cfgDir, "limits.yaml"), []byte(policy), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	port, grpcPort, debugPort := freePort(t), freePort(t), freePort(t)
+	ports := freePorts(t, 3)
+	port, grpcPort, debugPort := ports[0], ports[1], ports[2]
 	cmd, exited, logs := startProcess(t, buildAs(t, "ratelimit"), []string{
 		"HOST=127.0.0.1", "PORT=" + port, "GRPC_HOST=127.0.0.1", "GRPC_PORT=" + grpcPort, "DEBUG_PORT=" + debugPort,
 		"RUNTIME_ROOT=" + root, "RUNTIME_SUBDIRECTORY=ratelimit", "RUNTIME_IGNOREDOTFILES=true", "RUNTIME_WATCH_ROOT=false",
@@ -190,6 +191,16 @@ func waitReady(t *testing.T, url string, exited chan error, logs *syncWriter) {
 }
 
 func freePort(t *testing.T) string {
-	_, port, _ := net.SplitHostPort(freeAddr(t))
-	return port
+	t.Helper()
+	return freePorts(t, 1)[0]
+}
+
+// freePorts picks n distinct free loopback ports (freeAddrs).
+func freePorts(t *testing.T, n int) []string {
+	t.Helper()
+	ports := make([]string, n)
+	for i, addr := range freeAddrs(t, n) {
+		_, ports[i], _ = net.SplitHostPort(addr)
+	}
+	return ports
 }

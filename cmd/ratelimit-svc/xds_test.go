@@ -45,7 +45,8 @@ func startXDSProcess(t *testing.T, extra ...string) *xdsProcess {
 	p := xdstest.NewPKI(t)
 	s := xdstest.Start(t, p, "127.0.0.1:0")
 	rd := redistest.Start(t)
-	port, grpcPort, debugPort := freePort(t), freePort(t), freePort(t)
+	ports := freePorts(t, 3)
+	port, grpcPort, debugPort := ports[0], ports[1], ports[2]
 	env := append([]string{
 		"HOST=127.0.0.1", "PORT=" + port, "GRPC_HOST=127.0.0.1", "GRPC_PORT=" + grpcPort, "DEBUG_PORT=" + debugPort,
 		"LOG_LEVEL=debug", "LOG_FORMAT=json", "USE_STATSD=false", "REDIS_SOCKET_TYPE=tcp", "REDIS_URL=" + rd.Addr,
@@ -269,9 +270,10 @@ func TestXDSForceStartServesAtOnce(t *testing.T) {
 // stops the start with the file named, before any port is bound.
 func TestXDSBadTLSFilesFailAtStart(t *testing.T) {
 	missing := t.TempDir() + "/missing.pem"
+	ports := freePorts(t, 2)
 	err := run(t.Context(), nil, envOf(map[string]string{"CONFIG_TYPE": "GRPC_XDS_SOTW",
 		"CONFIG_GRPC_XDS_SERVER_USE_TLS": "true", "CONFIG_GRPC_XDS_CLIENT_TLS_CERT": missing,
-		"CONFIG_GRPC_XDS_CLIENT_TLS_KEY": missing, "PORT": freePort(t), "GRPC_PORT": freePort(t)}), io.Discard, io.Discard)
+		"CONFIG_GRPC_XDS_CLIENT_TLS_KEY": missing, "PORT": ports[0], "GRPC_PORT": ports[1]}), io.Discard, io.Discard)
 	if err == nil || !strings.Contains(err.Error(), "CONFIG_TYPE=GRPC_XDS_SOTW") || !strings.Contains(err.Error(), missing) {
 		t.Fatalf("run: %v", err)
 	}
