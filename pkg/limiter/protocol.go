@@ -46,6 +46,9 @@ type KeyRecord struct {
 	// (SyncItem.Floor); nil: zero states.
 	Gen  int64
 	Base []WindowState
+	// Settled is the last epoch of a token bucket with shares whose
+	// shares the bucket has been charged with (settle); zero: none.
+	Settled int64
 }
 
 // Reservation is one replica's claim on a key's budget.
@@ -97,6 +100,9 @@ func (r *KeyRecord) Sync(replica string, it *SyncItem, now int64) SyncResult {
 	r.lift(it, ws, now)
 	r.charge(it, ws, now)
 	held := r.chargeShares(replica, it, ws, now)
+	if it.bucket() {
+		r.settle(ws[0], &held, now)
+	}
 	if it.Algorithm == SlidingWindow && (it.Denied > 0 || it.Waiting > 0) {
 		r.Pressed = now + shortest(ws)
 	}
@@ -105,8 +111,11 @@ func (r *KeyRecord) Sync(replica string, it *SyncItem, now int64) SyncResult {
 		r.Windows[i].Roll(w, now)
 		avail = min(avail, satSub(r.Windows[i].Remaining(w, it.Algorithm, now), satAdd(others, held.all)))
 	}
-	if it.sliding() {
+	switch {
+	case it.sliding():
 		avail = min(avail, slidingRoom(r.Windows[0], ws[0], held, others, now))
+	case it.bucket():
+		avail = min(avail, bucketRoom(r.Windows[0], ws[0], held, others, now))
 	}
 	kept := min(it.Unused, own, avail)
 	probed := min(it.Probe, avail-kept)
@@ -127,8 +136,11 @@ func (r *KeyRecord) Sync(replica string, it *SyncItem, now int64) SyncResult {
 		grant = max(grant, min(it.Waiting, free))
 	}
 	mine := kept + grant
-	if it.sliding() {
+	switch {
+	case it.sliding():
 		held.carry = slidingCarry(it, ws[0], held, satAdd(others, mine))
+	case it.bucket():
+		held.carry = bucketCarry(it, ws[0], held, satAdd(others, mine))
 	}
 	expires := shareExpiry(it, ws, held, mine, satSub(avail, held.released), now)
 	if mine > 0 {
@@ -265,8 +277,14 @@ func exact(s WindowState) WindowState {
 		Prev: min(s.Prev, MaxExact), TAT: max(min(s.TAT, MaxExact), -MaxExact)}
 }
 
+// charge charges the pushed hits and share hits (step 2), but not a
+// token bucket's share hits of an epoch settled already: settle charged
+// them with the rest of their shares.
 func (r *KeyRecord) charge(it *SyncItem, ws []Window, now int64) {
-	for _, h := range slices.Concat(it.Hits, it.ShareHits) {
+	for k, h := range slices.Concat(it.Hits, it.ShareHits) {
+		if k >= len(it.Hits) && it.Algorithm == TokenBucket && r.settledAt(ws[0], h.At, now) {
+			continue
+		}
 		for i, w := range ws {
 			c := &r.Windows[i]
 			if h.N >= 0 {
@@ -318,11 +336,11 @@ func (r *KeyRecord) ExpiresAt(a Algorithm, ws []Window) int64 {
 	if len(ws) == 1 {
 		w := storeWindows(ws)[0]
 		after := int64(1)
-		if a == SlidingWindow {
+		if aheadShares(a) {
 			after = 2 // the records of an epoch count in the next (dropShares)
 		}
 		for _, s := range r.Shares {
-			t = max(t, s.State.FreshAt(w, a), (max(s.Released, s.LentEpoch, s.ShrinkEpoch)+after)*int64(w.Period))
+			t = max(t, s.State.FreshAt(w, shareAlgorithm(a)), (max(s.Released, s.LentEpoch, s.ShrinkEpoch)+after)*int64(w.Period))
 		}
 	}
 	return t

@@ -110,16 +110,47 @@ func (rec ShareRecord) shrunk(e int64) bool { return rec.ShrinkN > 0 && rec.Shri
 
 // sharesOf reports whether it gives its rule static shares.
 func sharesOf(it *SyncItem) bool {
-	return it.ShareEpoch > 0 && len(it.Windows) == 1 && (it.Algorithm == FixedWindow || it.Algorithm == SlidingWindow)
+	return it.ShareEpoch > 0 && len(it.Windows) == 1 && shareableWindow(it.Algorithm, it.Windows[0])
+}
+
+// shareableWindow reports whether a rule of the one window w and
+// algorithm a gives static shares: a fixed or sliding window, or a
+// token bucket that holds what it refills in a period (share_bucket.go).
+func shareableWindow(a Algorithm, w Window) bool {
+	switch a {
+	case FixedWindow, SlidingWindow:
+		return true
+	case TokenBucket:
+		return w.Capacity(a) == w.Limit
+	}
+	return false
+}
+
+// aheadShares reports an algorithm whose store counts, beside the shares
+// of the current epoch, those of the next one: a sliding window's units,
+// and a token bucket's, granted now still count when the next epoch's
+// sharers spend their shares with no round trip.
+func aheadShares(a Algorithm) bool { return a == SlidingWindow || a == TokenBucket }
+
+// shareAlgorithm is the arithmetic a share record counts its share hits
+// in: a token bucket's shares are spent and counted epoch by epoch, as a
+// fixed window's.
+func shareAlgorithm(a Algorithm) Algorithm {
+	if a == TokenBucket {
+		return FixedWindow
+	}
+	return a
 }
 
 // ShareFraction is the part of a window's limit the static shares of one
 // of its epochs hold between them: share (local_allowance, clamped to
 // (0, 1]) for a fixed window, half of it for a sliding window, whose
-// count at an instant adds the epoch before's, weighted, to its own: the
-// shares of two epochs side by side hold at most the limit.
+// count at an instant adds the epoch before's, weighted, to its own, and
+// for a token bucket, which may be asked for the shares of two epochs
+// back to back: the shares of two epochs side by side hold at most the
+// limit.
 func ShareFraction(a Algorithm, share float64) float64 {
-	if a == SlidingWindow {
+	if aheadShares(a) {
 		return clampShare(share) / 2
 	}
 	return share
@@ -127,6 +158,13 @@ func ShareFraction(a Algorithm, share float64) float64 {
 
 // sliding reports an item of a sliding window with shares.
 func (it *SyncItem) sliding() bool { return it.Algorithm == SlidingWindow && sharesOf(it) }
+
+// bucket reports an item of a token bucket with shares.
+func (it *SyncItem) bucket() bool { return it.Algorithm == TokenBucket && sharesOf(it) }
+
+// ahead reports an item with shares whose store counts the next epoch's
+// shares too (aheadShares).
+func (it *SyncItem) ahead() bool { return aheadShares(it.Algorithm) && sharesOf(it) }
 
 // ShareSize is each replica's static share of window w when n replicas
 // may hold one: ⌊share·Limit/n⌋, share as SyncItem.Share; for a founding
@@ -148,8 +186,9 @@ type heldShares struct {
 	all, own, released uint64
 	returns            int64
 	carry, shrinkable  bool
-	// prev and next, of a sliding window only (slidingShares): what the
-	// shares of the epoch before and of the next one hold.
+	// prev and next, of a sliding window or a token bucket only
+	// (slidingShares): what the shares of the epoch before and of the
+	// next one hold.
 	prev, next uint64
 }
 
@@ -194,7 +233,7 @@ func (r *KeyRecord) chargeShares(replica string, it *SyncItem, ws []Window, now 
 		}
 		for _, h := range it.ShareHits {
 			if h.N > 0 {
-				rec.State.ChargeAt(w, it.Algorithm, h.At, now, uint64(h.N))
+				rec.State.ChargeAt(w, shareAlgorithm(it.Algorithm), h.At, now, uint64(h.N))
 				rec.State.Cur, rec.State.Prev = min(rec.State.Cur, maxExact), min(rec.State.Prev, maxExact)
 			}
 		}
@@ -217,10 +256,11 @@ func (r *KeyRecord) chargeShares(replica string, it *SyncItem, ws []Window, now 
 	}
 	size := ShareSize(w, frac, n)
 	sw := Window{Limit: size, Period: w.Period}
-	// A sliding window's reservations may outlive the epoch only as
-	// slidingCarry says, once the grant is known (KeyRecord.Sync).
-	h := heldShares{returns: maxExact, carry: epoch == it.ShareEpoch && it.SharersNext == it.Sharers && !it.sliding()}
-	if it.sliding() {
+	// A sliding window's reservations, or a token bucket's, may outlive
+	// the epoch only as slidingCarry or bucketCarry says, once the grant
+	// is known (KeyRecord.Sync).
+	h := heldShares{returns: maxExact, carry: epoch == it.ShareEpoch && it.SharersNext == it.Sharers && !it.ahead()}
+	if it.ahead() {
 		h.prev, h.next = r.slidingShares(it, w, epoch, prev, next, now)
 	}
 	active, gone, settled := 0, 0, 0
@@ -278,7 +318,7 @@ func (r *KeyRecord) chargeShares(replica string, it *SyncItem, ws []Window, now 
 		settled += dsettled
 	}
 	h.all = satAdd(h.all, satMul(unreported, size))
-	h.shrinkable = n > 0 && epoch == it.ShareEpoch && it.Replicas > n && settled < n-gone && !it.sliding() &&
+	h.shrinkable = n > 0 && epoch == it.ShareEpoch && it.Replicas > n && settled < n-gone && !it.ahead() &&
 		ShareSize(w, frac, it.Replicas) < size
 	return h
 }
@@ -336,8 +376,8 @@ func distinct(names []string) int {
 }
 
 // shareExpiry is when a reservation of units lapses: now + lease; the
-// epoch's end unless h carries (a sliding window's that carries, the next
-// epoch's end); when the first released share returns if
+// epoch's end unless h carries (a sliding window's or a token bucket's
+// that carries, the next epoch's end); when the first released share returns if
 // the units reach into released shares. perm is what avail would be with
 // those shares back.
 func shareExpiry(it *SyncItem, ws []Window, h heldShares, units, perm uint64, now int64) int64 {
@@ -349,8 +389,8 @@ func shareExpiry(it *SyncItem, ws []Window, h heldShares, units, perm uint64, no
 	switch {
 	case !h.carry:
 		exp = min(exp, (now/p+1)*p)
-	case it.sliding():
-		exp = min(exp, (now/p+2)*p) // spent in the next epoch at most (slidingCarry)
+	case it.ahead():
+		exp = min(exp, (now/p+2)*p) // spent in the next epoch at most (slidingCarry, bucketCarry)
 	}
 	if units > perm {
 		exp = min(exp, h.returns)

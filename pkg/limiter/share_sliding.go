@@ -37,14 +37,15 @@ const unknownSharers = int(^uint(0) >> 1)
 // dropShares forgets the share records that no longer count at now, in
 // epoch: a record whose share hits the window no longer counts, and
 // whose release, loan and shrink are of an epoch over. A sliding
-// window's records of the epoch before still count (slidingShares).
+// window's records of the epoch before still count (slidingShares), and
+// a token bucket's (settle).
 func (r *KeyRecord) dropShares(it *SyncItem, w Window, epoch, now int64) {
 	last := epoch
-	if it.Algorithm == SlidingWindow {
+	if aheadShares(it.Algorithm) {
 		last = epoch - 1
 	}
 	for id, rec := range r.Shares {
-		if rec.State.FreshAt(w, it.Algorithm) <= now && rec.Released < last && rec.LentEpoch < last && rec.ShrinkEpoch < last {
+		if rec.State.FreshAt(w, shareAlgorithm(it.Algorithm)) <= now && rec.Released < last && rec.LentEpoch < last && rec.ShrinkEpoch < last {
 			delete(r.Shares, id)
 		}
 	}

@@ -84,6 +84,7 @@ var suiteCases = []struct {
 	{"ShareShrink", testShareShrink},
 	{"DeclaredShrink", testDeclaredShrink},
 	{"SlidingShares", testSlidingShares},
+	{"BucketShares", testBucketShares},
 	{"Declare", testDeclare},
 	{"Contention", testContention},
 	{"WaitContention", testWaitContention},

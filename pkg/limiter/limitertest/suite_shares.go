@@ -62,19 +62,22 @@ func testSharesUnreported(t *testing.T, st limiter.Store) {
 	expect(t, "c's others", r.Others, 26+10+48)
 	expect(t, "contended with waiters left short", r.Contended, true)
 
-	for _, name := range []string{"no share epoch", "token bucket", "two windows"} {
+	for _, name := range []string{"no share epoch", "token bucket of a burst apart", "two windows"} {
 		it := shared(name, w, 1000, 4, e)
+		want := uint64(100)
 		switch name {
 		case "no share epoch":
 			it.ShareEpoch = 0
-		case "token bucket":
+		case "token bucket of a burst apart":
 			it.Algorithm = limiter.TokenBucket
+			it.Windows = []limiter.Window{{Limit: 100, Period: time.Hour, Burst: 200}}
+			want = 200
 		default:
 			it.Windows = []limiter.Window{w, {Limit: 1000, Period: 24 * time.Hour}}
 		}
 		it.Waiting = 1
 		r := sync1(t, st, "a", it)
-		expect(t, "credit, "+name, r.Credit, 100)
+		expect(t, "credit, "+name, r.Credit, want)
 		expect(t, "others, "+name, r.Others, 0)
 		expect(t, "contended, "+name, r.Contended, false)
 	}

@@ -94,9 +94,9 @@ func TestParity(t *testing.T) {
 	if (sum.declared == 0 || sum.declares == 0) && !failed.Load() {
 		t.Error("no item named a declared shrink, or none was declared: Shrunk and Declare went untested")
 	}
-	t.Logf("items of a sliding window with shares: %d; releasing ahead: %d", sum.slidingShares, sum.ahead)
-	if (sum.slidingShares == 0 || sum.ahead == 0) && !failed.Load() {
-		t.Error("no item of a sliding window had shares, or none released ahead: they went untested")
+	t.Logf("items of a sliding window with shares: %d; of a token bucket: %d; releasing ahead: %d", sum.slidingShares, sum.bucketShares, sum.ahead)
+	if (sum.slidingShares == 0 || sum.bucketShares == 0 || sum.ahead == 0) && !failed.Load() {
+		t.Error("no item of a sliding window or a token bucket had shares, or none released ahead: they went untested")
 	}
 	if sum.ruleRefs == 0 && !failed.Load() {
 		t.Error("no call named a rule an earlier item gave")
@@ -204,8 +204,13 @@ func (p *parity) rule(extreme bool) limiter.Rule {
 				w.Period = []time.Duration{24 * time.Hour, year}[p.rng.IntN(2)]
 				w.Limit = 1<<32 - uint64(p.rng.IntN(3))
 			}
-			if r.Algorithm == limiter.TokenBucket && p.rng.IntN(2) == 0 {
-				w.Burst = p.limit()
+			if r.Algorithm == limiter.TokenBucket {
+				switch p.rng.IntN(4) {
+				case 0:
+					w.Burst = p.limit()
+				case 1:
+					w.Burst = w.Limit // a bucket with shares too
+				}
 			}
 			r.Windows = append(r.Windows, w)
 		}
@@ -435,6 +440,9 @@ func (p *parity) count(it *limiter.SyncItem, r limiter.SyncResult) {
 	if it.ShareEpoch > 0 && len(it.Windows) == 1 && it.Algorithm == limiter.SlidingWindow {
 		p.tally.slidingShares++
 	}
+	if it.ShareEpoch > 0 && len(it.Windows) == 1 && it.Algorithm == limiter.TokenBucket && it.Windows[0].Capacity(it.Algorithm) == it.Windows[0].Limit {
+		p.tally.bucketShares++
+	}
 }
 
 // tally counts what the replies exercised.
@@ -447,6 +455,7 @@ type tally struct {
 	declared                                                              int64 // items naming sharers that declared a shrink (SyncItem.Shrunk)
 	declares                                                              int64 // shrinks recorded in the registry (Store.Declare)
 	slidingShares                                                         int64 // items of a sliding window with shares
+	bucketShares                                                          int64 // items of a token bucket with shares
 	ahead                                                                 int64 // items releasing the next epoch's share ahead
 	founded                                                               int64 // items of founding epochs (Sharers < 0)
 	borrowed, lent, relent                                                int64 // items asking a loan, replies lending, items saying a loan held
@@ -466,6 +475,7 @@ func (t *tally) add(o tally) {
 	t.declared += o.declared
 	t.declares += o.declares
 	t.slidingShares += o.slidingShares
+	t.bucketShares += o.bucketShares
 	t.ahead += o.ahead
 	t.founded += o.founded
 	t.shared += o.shared
@@ -566,7 +576,7 @@ func (p *parity) floorState(w limiter.Window, a limiter.Algorithm) limiter.Windo
 // window (some empty, negative or huge) and a release instant (with no
 // share epoch, a replica releasing a key it does not hold).
 func (p *parity) shares(it *limiter.SyncItem, r limiter.Rule, key string) {
-	single := len(r.Windows) == 1 && r.Algorithm != limiter.TokenBucket
+	single := len(r.Windows) == 1 && (r.Algorithm != limiter.TokenBucket || r.Windows[0].Capacity(r.Algorithm) == r.Windows[0].Limit)
 	if p.rng.IntN(5) == 0 || !single && p.rng.IntN(3) != 0 {
 		return
 	}

@@ -9,6 +9,7 @@
 --            p      a sliding window's KeyRecord.Pressed, µs
 --            g      the record's generation (KeyRecord.Gen), µs
 --            b      KeyRecord.Base, in the form of w (absent: zero)
+--            q      a token bucket's KeyRecord.Settled (absent: zero)
 --            r:<id> replica id's reservation, "units expires(µs)"
 --            s:<id> replica id's static share record (ShareRecord),
 --                   "epoch cur prev tat released": the share hits it
@@ -52,12 +53,15 @@
 
 -- charge charges the nh hits whose arguments start at args[h] to every
 -- window, each to the window it was admitted in (step 2 of
--- KeyRecord.Sync).
-local function charge(st, ws, h, nh)
+-- KeyRecord.Sync); but not, settled > 0, the hits of an epoch up to
+-- settled (a token bucket's share hits, KeyRecord.charge).
+local function charge(st, ws, h, nh, settled)
   for k = 0, nh - 1 do
     local at, units = tonumber(args[h + 2 * k]), num(h + 2 * k + 1)
-    for i = 1, #ws do
-      charge_at(st[i], ws[i], at, units)
+    if not (settled > 0 and idiv(min(at, now), ws[1].p) <= settled) then
+      for i = 1, #ws do
+        charge_at(st[i], ws[i], at, units)
+      end
     end
   end
 end
@@ -115,9 +119,9 @@ local function lend(rec, ws, se, n, share, sshare, nrep, gone, left)
 end
 
 -- share_fraction is ShareFraction: a sliding window's shares of an epoch
--- hold half of share between them.
+-- hold half of share between them, and a token bucket's.
 local function share_fraction(share)
-  if alg == SLIDING then return share / 2 end
+  if alg ~= FIXED then return share / 2 end
   return share
 end
 
@@ -153,6 +157,29 @@ local function sliding_shares(shares, w, epoch, np, nn, share)
   return prev, min(max(math.abs(nn) - released, 0) * share_size(w, share, nn), MAXEXACT)
 end
 
+-- KeyRecord.settle: a token bucket is charged, at the first sync of an
+-- epoch, with what the shares of the epoch before did not report (hprev,
+-- MAXEXACT: not known, and nothing is settled), once.
+local function settle(rec, w, hprev)
+  local e = w.e - 1
+  if rec.settled >= e or hprev >= MAXEXACT then return end
+  if hprev > 0 then charge_at(rec.st[1], w, now, hprev) end
+  rec.settled = e
+end
+
+-- WindowState.Remaining of a token bucket at instant t (t ≥ now).
+local function bucket_remaining(s, w, t)
+  local iv = interval(w)
+  local room = t + w.cap * iv - max(s.tat, t)
+  if room <= 0 then return 0 end
+  return idiv(room, iv)
+end
+
+-- bucketMargin: what a period's refill falls short of the capacity by.
+local function bucket_margin(w)
+  return satsub(w.cap, idiv(w.p, interval(w)))
+end
+
 -- KeyRecord.chargeShares: records this replica's nsh share hits (their
 -- arguments start at args[h]) and its release in its share record, drops
 -- the records that no longer count, and returns what
@@ -167,7 +194,7 @@ end
 -- share at the nrep live (heldShares.shrinkable), shrink being this
 -- replica's (SyncItem.Shrink).
 local function charge_shares(rec, ws, se, n, nn, np, gone, share, h, nsh, release, ahead, sfloor, lent, nrep, shrink)
-  local has = se > 0 and #ws == 1 and (alg == FIXED or alg == SLIDING)
+  local has = se > 0 and #ws == 1 and (alg ~= BUCKET or ws[1].cap == ws[1].limit)
   if not has and nsh == 0 and release == 0 then return 0, 0, 0, 0, false, false, false, 0, 0 end
   share = share_fraction(share)
   local w = ws[1]
@@ -193,7 +220,7 @@ local function charge_shares(rec, ws, se, n, nn, np, gone, share, h, nsh, releas
     for k = 0, nsh - 1 do
       local units = num(h + 2 * k + 1)
       if units > 0 then
-        charge_at(r.s, w, tonumber(args[h + 2 * k]), units)
+        charge_at(r.s, w, tonumber(args[h + 2 * k]), units, true)
       end
     end
     if release ~= 0 then -- ShareRecord.release: the current epoch or the next; ahead: the next alone
@@ -207,9 +234,9 @@ local function charge_shares(rec, ws, se, n, nn, np, gone, share, h, nsh, releas
   end
   local shares = rec.shares
   local last = epoch -- dropShares
-  if alg == SLIDING then last = epoch - 1 end
+  if alg ~= FIXED then last = epoch - 1 end
   for f, r in pairs(shares) do
-    if fresh_at(r.s, w) <= now and r.rel < last and r.le < last and r.ke < last then
+    if fresh_at(r.s, w, true) <= now and r.rel < last and r.le < last and r.ke < last then
       shares[f] = nil
       rec.nshares = rec.nshares - 1
       if r.stored then del(rec, f) end
@@ -226,7 +253,7 @@ local function charge_shares(rec, ws, se, n, nn, np, gone, share, h, nsh, releas
     return MAXEXACT, 0, 0, MAXEXACT, false, true, false, MAXEXACT, MAXEXACT
   end
   local hprev, hnext = 0, 0
-  if alg == SLIDING then hprev, hnext = sliding_shares(shares, w, epoch, np, nn, share) end
+  if alg ~= FIXED then hprev, hnext = sliding_shares(shares, w, epoch, np, nn, share) end
   local size = share_size(w, share, n)
   local all, own, released, returns, active, settled = 0, 0, 0, MAXEXACT, 0, 0
   local declared = epoch == se and gone.declared -- share field → N (SyncItem.Shrunk)
@@ -285,8 +312,8 @@ local function charge_shares(rec, ws, se, n, nn, np, gone, share, h, nsh, releas
     end
   end
   all = satadd(all, min(unrep * size, MAXEXACT))
-  local shrinkable = n > 0 and epoch == se and nrep > n and settled < n - ng and alg ~= SLIDING and share_size(w, share, nrep) < size
-  return all, own, released, returns, epoch == se and nn == n and alg ~= SLIDING, true, shrinkable, hprev, hnext
+  local shrinkable = n > 0 and epoch == se and nrep > n and settled < n - ng and alg == FIXED and share_size(w, share, nrep) < size
+  return all, own, released, returns, epoch == se and nn == n and alg == FIXED, true, shrinkable, hprev, hnext
 end
 
 -- KeyRecord.dryGetsOne: a fixed window's last units go a unit at a time
@@ -426,10 +453,11 @@ local function sync(key, a)
   -- admitted in; the share hits to this replica's share record too,
   -- raised to its share floor first.
   lift(rec, ws, floors, nf, fgen)
-  charge(st, ws, hits, nh)
-  charge(st, ws, shits, nsh)
+  charge(st, ws, hits, nh, 0)
+  charge(st, ws, shits, nsh, alg == BUCKET and rec.settled or 0)
   local held, ownheld, released, returns, carry, has, shrinkable, hprev, hnext =
     charge_shares(rec, ws, se, sharers, ns[2], ns[3], gone, share, shits, nsh, release, ahead, sfloor, lent, nrep, shrink)
+  if has and alg == BUCKET then settle(rec, ws[1], hprev) end
 
   -- A sliding window is pressed for its shortest period from a report of
   -- requests waiting or denied.
@@ -451,6 +479,9 @@ local function sync(key, a)
     local s = st[1]
     local r = satsub(remaining({epoch = s.epoch, cur = s.cur, prev = satadd(s.prev, hprev), tat = s.tat}, ws[1]), reserved)
     avail = min(avail, r, satsub(ws[1].limit, satadd(s.cur, satadd(reserved, hnext))))
+  elseif has and alg == BUCKET then -- bucketRoom: at the next epoch's start too
+    avail = min(avail, satsub(bucket_remaining(st[1], ws[1], (ws[1].e + 1) * ws[1].p),
+      satadd(reserved, satadd(hnext, bucket_margin(ws[1])))))
   end
 
   -- 4-6. keep, probe, lend, split, last mile.
@@ -480,12 +511,15 @@ local function sync(key, a)
   if has and alg == SLIDING then -- slidingCarry
     local most = idiv(floor(share_fraction(share) * ws[1].limit), 1)
     carry = satadd(satadd(rec.others, credit), satadd(hnext, most)) <= ws[1].limit
+  elseif has and alg == BUCKET then -- bucketCarry
+    local most = idiv(floor(share_fraction(share) * ws[1].limit), 1)
+    carry = satadd(satadd(rec.others, credit), satadd(hnext, satadd(most, bucket_margin(ws[1])))) <= ws[1].cap
   end
   if has then
     if not carry then
       local p = ws[1].p
       expires = min(expires, (ws[1].e + 1) * p)
-    elseif alg == SLIDING then -- spent in the next epoch at most (slidingCarry)
+    elseif alg ~= FIXED then -- spent in the next epoch at most (slidingCarry, bucketCarry)
       expires = min(expires, (ws[1].e + 2) * ws[1].p)
     end
     if credit > satsub(avail, released) then

@@ -165,9 +165,10 @@ local function remaining(s, w)
 end
 
 -- WindowState.ChargeAt, and for n < 0 WindowState.RefundAt of -n: each
--- to the window at falls in.
-local function charge_at(s, w, at, n)
-  if alg == BUCKET then
+-- to the window at falls in; share: of a share record, in its arithmetic
+-- (shareAlgorithm: a token bucket's counts as a fixed window's).
+local function charge_at(s, w, at, n, share)
+  if alg == BUCKET and not share then
     if n < 0 then
       s.tat = max(s.tat + n * interval(w), now)
       return
@@ -186,9 +187,9 @@ local function charge_at(s, w, at, n)
   end
 end
 
--- WindowState.FreshAt
-local function fresh_at(s, w)
-  if alg == BUCKET then
+-- WindowState.FreshAt; share: of a share record (shareAlgorithm).
+local function fresh_at(s, w, share)
+  if alg == BUCKET and not share then
     return s.tat
   elseif alg == SLIDING then
     return (s.epoch + 2) * w.p
@@ -243,7 +244,8 @@ end
 -- sync set.
 local function new_rec()
   return {own = 0, owned = false, others = 0, last = 0, pressed = 0, shares = NOSHARES, nshares = 0,
-    w = false, x = false, st = false, dels = false, gen = 0, g = false, b = false, base = false, bdirty = false}
+    w = false, x = false, st = false, dels = false, gen = 0, g = false, b = false, base = false, bdirty = false,
+    settled = 0, q = false}
 end
 
 -- parse_states reads nw window states in the form of the w field; zero
@@ -300,6 +302,9 @@ local function load(key, nw)
       rec.gen = tonumber(rec.g) or 0
     elseif f == 'b' then
       rec.b = flat[i + 1]
+    elseif f == 'q' then
+      rec.q = flat[i + 1]
+      rec.settled = tonumber(rec.q) or 0
     else
       local kind = sub(f, 1, 2)
       if kind == 'r:' then
@@ -365,10 +370,11 @@ local function save(key, rec, ws, credit, expires, oheld, contended, lent, probe
     out[4 * i + 7], out[4 * i + 8], out[4 * i + 9], out[4 * i + 10] = s.epoch, s.cur, s.prev, s.tat
   end
   if nw == 1 then
-    -- a sliding window's records of an epoch count in the next
-    local after = alg == SLIDING and 2 or 1
+    -- a sliding window's records of an epoch count in the next, and a
+    -- token bucket's
+    local after = alg == FIXED and 1 or 2
     for _, r in pairs(rec.shares) do
-      x = max(x, fresh_at(r.s, ws[1]), (max(r.rel, r.le, r.ke) + after) * ws[1].p)
+      x = max(x, fresh_at(r.s, ws[1], true), (max(r.rel, r.le, r.ke) + after) * ws[1].p)
     end
   end
   -- Past 2^53 the state is not one the maths produce; never let it wrap
@@ -403,6 +409,12 @@ local function save(key, rec, ws, credit, expires, oheld, contended, lent, probe
   end
   if rec.pressed > now then -- a lapsed value left in place reads the same
     fields[n + 1], fields[n + 2], n = 'p', fmt(rec.pressed), n + 2
+  end
+  if rec.settled > 0 then
+    local q = fmt(rec.settled)
+    if q ~= rec.q then
+      fields[n + 1], fields[n + 2], n = 'q', q, n + 2
+    end
   end
   local g = fmt(rec.gen)
   if g ~= rec.g then
