@@ -157,14 +157,14 @@ func (e *engine) contendAll(cs []Contended) {
 	snow := e.storeNow(e.now())
 	shrink := false
 	for _, c := range cs {
-		if len(c.Windows) == 1 && (c.Algorithm == FixedWindow || c.Algorithm == SlidingWindow) && c.Windows[0].Period >= time.Microsecond {
+		if len(c.Windows) == 1 && shareableWindow(c.Algorithm, c.Windows[0]) && c.Windows[0].Period >= time.Microsecond {
 			at := snow
 			if c.At > 0 {
 				at = c.At
 			}
 			k := c.Shrink
-			if c.Algorithm == SlidingWindow {
-				k = 0 // a sliding window's shares are released, not shrunk
+			if aheadShares(c.Algorithm) {
+				k = 0 // a sliding window's or a token bucket's shares are released, not shrunk
 			}
 			shrink = e.contend(c, at/int64(c.Windows[0].Period/time.Microsecond), k) || shrink
 		}
@@ -281,11 +281,11 @@ func (e *engine) releaseOne(key string, x *contention, snow, now int64, items *[
 		return epoch < x.epoch
 	}
 	n := max(int(e.replicas.Load()), x.shrink)
-	// The last epoch a release gives up: for a sliding window, the next
-	// one too if this replica holds a share of it (its sharers are those
-	// of this epoch, shareBase; share_sliding.go).
+	// The last epoch a release gives up: for a sliding window or a token
+	// bucket, the next one too if this replica holds a share of it (its
+	// sharers are those of this epoch, shareBase; share_sliding.go).
 	through := epoch
-	if x.rule.Algorithm == SlidingWindow && e.sharers(e.shareBase(x.rule.Algorithm, (epoch+1)*p, p), p, now) != 0 {
+	if aheadShares(x.rule.Algorithm) && e.sharers(e.shareBase(x.rule.Algorithm, (epoch+1)*p, p), p, now) != 0 {
 		through = epoch + 1
 	}
 	if x.released >= through || !x.plain && !x.fresh && x.shrunk >= n {

@@ -28,18 +28,18 @@ type memberView struct {
 // shareBase is the start of the epoch whose sharers (Membership.Sharers)
 // hold the static shares of the epoch of a window of algorithm a and
 // period that began at start: that epoch for a fixed window, the one
-// before for a sliding window. So a sliding window's sharers of the next
-// epoch are known once the current one begins, and the store counts
-// their shares now (share_sliding.go); a replica holds a share of a
-// sliding window from the second epoch that begins a lease after it
-// joined. While a replica of a version without them may be live
-// (Membership.SlidingReady), a sliding window has no shares: shareBase
-// is then 0, before any registry, which counts no sharer.
+// before for a sliding window or a token bucket (aheadShares). So their
+// sharers of the next epoch are known once the current one begins, and
+// the store counts their shares now (share_sliding.go, share_bucket.go);
+// a replica holds such a share from the second epoch that begins a lease
+// after it joined. While a replica of a version without them may be live
+// (Membership.AheadReady), they have no shares: shareBase is then 0,
+// before any registry, which counts no sharer.
 func (mv *memberView) shareBase(a Algorithm, start, period int64) int64 {
-	if a != SlidingWindow {
+	if !aheadShares(a) {
 		return start
 	}
-	if mv != nil && !mv.m.SlidingReady(start-period, period, lease) {
+	if mv != nil && !mv.m.AheadReady(start-period, period, lease) {
 		return 0
 	}
 	return start - period
@@ -151,7 +151,7 @@ func (e *engine) shareFields(cs *creditState, it *SyncItem, snow, now int64) {
 	it.Gone = mv.gone(base, p)
 	if cs.rule.Algorithm == FixedWindow {
 		it.Shrunk = mv.shrunk(base, p)
-	} else { // a sliding window's shares are not shrunk; the epoch before's count
+	} else { // a sliding window's or a token bucket's shares are not shrunk; the epoch before's count
 		it.SharersPrev = mv.sharers(mv.shareBase(cs.rule.Algorithm, start-p, p), p)
 	}
 	e.loanFields(cs, it, mv, snow, now)

@@ -100,8 +100,8 @@ func (e *engine) probeFor(cs *creditState, snow, now int64) int64 {
 }
 
 // sharesHeld is what the sharers of the epoch of snow hold of a key with
-// static shares by the registry as last heard (a sliding window's, with
-// those of the next epoch): the whole window when the copy is too old to
+// static shares by the registry as last heard (a sliding window's or a
+// token bucket's, with those of the next epoch): the whole window when the copy is too old to
 // count them.
 func (e *engine) sharesHeld(cs *creditState, snow, now int64) uint64 {
 	w := cs.ws[0]
@@ -115,7 +115,7 @@ func (e *engine) sharesHeld(cs *creditState, snow, now int64) uint64 {
 		return satMul(ShareSize(w, cs.rule.shareFraction(), n), uint64(max(n, -n)))
 	}
 	h := held(snow / p * p)
-	if cs.rule.Algorithm == SlidingWindow {
+	if aheadShares(cs.rule.Algorithm) {
 		h = satAdd(h, held(snow/p*p+p))
 	}
 	return h

@@ -8,8 +8,8 @@ import (
 )
 
 // Static shares, the replica's side (see share.go for the store's). A key
-// of a rule with one fixed window (or sliding window: share_sliding.go)
-// admits, before any credit,
+// of a rule with one fixed window (or sliding window, or token bucket:
+// share_sliding.go, share_bucket.go) admits, before any credit,
 // up to its static share S = ⌊share·L/n⌋ of the window's current epoch
 // under its own mutex, with no round trip: n counts the replicas that may
 // hold a share of that epoch (Membership.Sharers), the same count on
@@ -77,12 +77,13 @@ func (sh *shareState) set(f uint32)      { sh.flags.Or(f) }
 func (sh *shareState) unset(f uint32) bool { return sh.flags.And(^f)&f != 0 }
 
 // shareable reports whether rule's keys hold static shares: rules of one
-// fixed or sliding window (a sliding window's shares of an epoch hold half
-// of it, ShareFraction, and are spent epoch by epoch as a fixed window's).
-// A token bucket has no epochs to fix them in, and a rule of several
-// windows would need a share of each.
+// fixed or sliding window, or token bucket whose capacity is its rate per
+// period (shareableWindow; a sliding window's or a token bucket's shares
+// of an epoch hold half of it, ShareFraction, and are spent epoch by
+// epoch as a fixed window's). A rule of several windows would need a
+// share of each.
 func shareable(rule *Rule) bool {
-	return len(rule.Windows) == 1 && (rule.Algorithm == FixedWindow || rule.Algorithm == SlidingWindow)
+	return len(rule.Windows) == 1 && shareableWindow(rule.Algorithm, rule.Windows[0])
 }
 
 // spendShare admits n units from key cs's static share; a dry run only

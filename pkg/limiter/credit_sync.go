@@ -20,9 +20,17 @@ const boundaryLead = tick + 2*time.Millisecond
 // starvedInNewWindow reports a key whose view predates the current window
 // of its shortest period while it holds less than half its last grant: the
 // old window's tight budget left it short, and the new window has room, so
-// it syncs now rather than make its next request wait. cs.mu must be held.
+// it syncs now rather than make its next request wait. A token bucket's
+// whose share of the new epoch was released ahead (a busy key) syncs too,
+// to release the share of the epoch after: until every replica has, the
+// credit granted out of the released shares lapses as the epoch ends.
+// cs.mu must be held.
 func (cs *creditState) starvedInNewWindow(snow int64) bool {
 	v := cs.view.Load()
+	if v != nil && cs.rule.Algorithm == TokenBucket && cs.share != nil {
+		ep := snow / int64(cs.ws[0].Period)
+		return v.windows[0].Epoch < ep && cs.share.releasedThrough() == ep
+	}
 	if v == nil || cs.rule.Algorithm == TokenBucket || cs.share.ample(cs.ws[0], snow) {
 		return false
 	}
@@ -309,6 +317,13 @@ func (e *engine) apply(cs *creditState, r *SyncResult) {
 		e.enqueue(cs)
 	}
 	cs.nextSync = now + int64(interval)
+	if cs.share != nil && cs.rule.Algorithm == TokenBucket && cs.credit.Load() > 0 && now-cs.lastUse.Load() < int64(quietInterval) {
+		// A token bucket's credit lapses in the middle of an epoch, when
+		// it carried over from the one before (bucketCarry): a key in use
+		// asks again before then, not after its next request waits (a
+		// key due is taken by the next full scan).
+		cs.nextSync = min(cs.nextSync, max(now, backed-int64(fullScanEvery+tick)))
+	}
 	if probed && cs.busy && cs.credit.Load() <= 0 && cs.kicked.CompareAndSwap(false, true) {
 		// Probed, and busy: credit now, before its next request waits.
 		e.enqueue(cs)

@@ -147,7 +147,7 @@
 // of the next epoch up ahead, and a key whose requests wait for them is
 // published contended, so a key at its limit is shared by credit alone
 // and a quiet one keeps its shares (share_sliding.go). While a replica
-// of a version that does not count them may be live (Member.Sliding),
+// of a version that does not count them may be live (Member.Ahead),
 // a sliding window has none. Token buckets and
 // rules of several windows are shared by credit alone.
 //

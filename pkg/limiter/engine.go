@@ -398,11 +398,20 @@ func (cs *creditState) seedFallback(e *engine, rule *Rule, shares uint64, now in
 		// them over the N replicas: it would admit them again.
 		w := cs.ws[0]
 		epoch := snow / int64(w.Period)
+		spent := cs.share.spentIn(w, snow) + uint64(max(cs.hits.Load(), 0))
+		if rule.Algorithm == TokenBucket {
+			// The local bucket of ⌈L/N⌉ starts short of what the share
+			// admitted in the epoch.
+			lw := rule.Windows[0]
+			lw.Limit, lw.Burst = (lw.Limit+shares-1)/shares, (lw.Burst+shares-1)/shares
+			fb[0].TAT = max(fb[0].TAT, satAddInt(now, spend(spent, lw)))
+			return fb
+		}
 		if fb[0] == (WindowState{}) { // no view
 			fb[0].Epoch = epoch
 		}
 		if fb[0].Epoch == epoch {
-			fb[0].Cur = max(fb[0].Cur, cs.share.spentIn(w, snow)+uint64(max(cs.hits.Load(), 0)))
+			fb[0].Cur = max(fb[0].Cur, spent)
 		}
 	}
 	return fb

@@ -98,10 +98,13 @@ func (r *KeyRecord) Sync(replica string, it *SyncItem, now int64) SyncResult {
 		}
 	}
 	r.lift(it, ws, now)
-	r.charge(it, ws, now)
-	held := r.chargeShares(replica, it, ws, now)
+	var held heldShares
 	if it.bucket() {
-		r.settle(ws[0], &held, now)
+		held = r.chargeShares(replica, it, ws, now)
+		r.chargeBucket(it, ws, &held, now)
+	} else {
+		r.charge(it, ws, now, math.MinInt64, math.MaxInt64)
+		held = r.chargeShares(replica, it, ws, now)
 	}
 	if it.Algorithm == SlidingWindow && (it.Denied > 0 || it.Waiting > 0) {
 		r.Pressed = now + shortest(ws)
@@ -122,6 +125,9 @@ func (r *KeyRecord) Sync(replica string, it *SyncItem, now int64) SyncResult {
 	if probed > 0 {
 		for i, w := range ws {
 			r.Windows[i].Charge(w, it.Algorithm, now, probed)
+			if it.bucket() {
+				r.Windows[i].countBucket(w, Hit{At: now, N: int64(probed)}, now)
+			}
 		}
 		avail -= probed
 	}
@@ -277,11 +283,15 @@ func exact(s WindowState) WindowState {
 		Prev: min(s.Prev, MaxExact), TAT: max(min(s.TAT, MaxExact), -MaxExact)}
 }
 
-// charge charges the pushed hits and share hits (step 2), but not a
-// token bucket's share hits of an epoch settled already: settle charged
-// them with the rest of their shares.
-func (r *KeyRecord) charge(it *SyncItem, ws []Window, now int64) {
+// charge charges the pushed hits and share hits admitted from instant
+// from and before to (step 2), but not a token bucket's share hits of an
+// epoch settled already: settle charged them with the rest of their
+// shares.
+func (r *KeyRecord) charge(it *SyncItem, ws []Window, now, from, to int64) {
 	for k, h := range slices.Concat(it.Hits, it.ShareHits) {
+		if at := min(h.At, now); at < from || at >= to {
+			continue
+		}
 		if k >= len(it.Hits) && it.Algorithm == TokenBucket && r.settledAt(ws[0], h.At, now) {
 			continue
 		}
@@ -291,6 +301,9 @@ func (r *KeyRecord) charge(it *SyncItem, ws []Window, now int64) {
 				c.ChargeAt(w, it.Algorithm, h.At, now, uint64(h.N))
 			} else {
 				c.RefundAt(w, it.Algorithm, h.At, now, uint64(-h.N))
+			}
+			if it.bucket() {
+				c.countBucket(w, h, now)
 			}
 			c.Cur, c.Prev, c.TAT = min(c.Cur, MaxExact), min(c.Prev, MaxExact), min(c.TAT, MaxExact)
 		}
@@ -340,7 +353,7 @@ func (r *KeyRecord) ExpiresAt(a Algorithm, ws []Window) int64 {
 			after = 2 // the records of an epoch count in the next (dropShares)
 		}
 		for _, s := range r.Shares {
-			t = max(t, s.State.FreshAt(w, shareAlgorithm(a)), (max(s.Released, s.LentEpoch, s.ShrinkEpoch)+after)*int64(w.Period))
+			t = max(t, recordFreshAt(s.State, w, a), (max(s.Released, s.LentEpoch, s.ShrinkEpoch)+after)*int64(w.Period))
 		}
 	}
 	return t

@@ -62,16 +62,17 @@ type Member struct {
 	// Shrink is the shrink of its static shares the replica declared
 	// (Store.Declare); zero: none.
 	Shrink Declaration
-	// Sliding marks a replica of a version that holds and counts a
-	// sliding window's static shares (share_sliding.go). One of an
-	// earlier version grants, through its own scripts, credit out of
-	// budget such shares hold: while one may be live, none is held
-	// (SlidingReady).
-	Sliding bool
+	// Ahead marks a replica of a version that holds and counts the
+	// static shares of a sliding window and of a token bucket, which the
+	// store counts beside the next epoch's (share_sliding.go,
+	// share_bucket.go). One of an earlier version grants, through its own
+	// scripts, credit out of budget such shares hold: while one may be
+	// live, none is held (AheadReady).
+	Ahead bool
 }
 
-// SlidingReady reports whether a sliding window's static shares may be
-// held of epochs whose sharers are those of the epoch of period that
+// AheadReady reports whether a sliding window's or a token bucket's
+// static shares may be held of epochs whose sharers are those of the epoch of period that
 // began at start (shareBase): every one of those sharers (or founders)
 // counts them. Every replica reading one registry answers the same, as
 // it counts the same sharers. A replica of an earlier version that
@@ -79,7 +80,7 @@ type Member struct {
 // upgrade) is not one of them: its syncs do not count the shares of the
 // epochs under way, for at most the two whose sharers were counted
 // before it joined.
-func (m Membership) SlidingReady(start, period int64, lease time.Duration) bool {
+func (m Membership) AheadReady(start, period int64, lease time.Duration) bool {
 	if start <= m.Since {
 		return true // no sharers: no shares
 	}
@@ -91,7 +92,7 @@ func (m Membership) SlidingReady(start, period int64, lease time.Duration) bool 
 		sharer = func(x Member) bool { return x.Joined >= f.g && x.Joined < f.g+span }
 	}
 	for _, x := range m.Members {
-		if !x.Sliding && sharer(x) {
+		if !x.Ahead && sharer(x) {
 			return false
 		}
 	}

@@ -142,6 +142,17 @@ func shareAlgorithm(a Algorithm) Algorithm {
 	return a
 }
 
+// recordFreshAt is when share record state s of a window w of algorithm
+// a counts nothing any more: at the end of its epoch, or of the next one
+// where the store counts the epoch before's shares (a sliding window's,
+// a token bucket's: settle).
+func recordFreshAt(s WindowState, w Window, a Algorithm) int64 {
+	if aheadShares(a) {
+		return (s.Epoch + 2) * int64(w.Period)
+	}
+	return (s.Epoch + 1) * int64(w.Period)
+}
+
 // ShareFraction is the part of a window's limit the static shares of one
 // of its epochs hold between them: share (local_allowance, clamped to
 // (0, 1]) for a fixed window, half of it for a sliding window, whose
@@ -376,8 +387,8 @@ func distinct(names []string) int {
 }
 
 // shareExpiry is when a reservation of units lapses: now + lease; the
-// epoch's end unless h carries (a sliding window's or a token bucket's
-// that carries, the next epoch's end); when the first released share returns if
+// epoch's end unless h carries (a sliding window's that carries, the
+// next epoch's end; a token bucket's, its middle); when the first released share returns if
 // the units reach into released shares. perm is what avail would be with
 // those shares back.
 func shareExpiry(it *SyncItem, ws []Window, h heldShares, units, perm uint64, now int64) int64 {
@@ -389,8 +400,10 @@ func shareExpiry(it *SyncItem, ws []Window, h heldShares, units, perm uint64, no
 	switch {
 	case !h.carry:
 		exp = min(exp, (now/p+1)*p)
+	case it.bucket():
+		exp = min(exp, (now/p+2)*p-p/2) // spent by the next epoch's middle (bucketCarry)
 	case it.ahead():
-		exp = min(exp, (now/p+2)*p) // spent in the next epoch at most (slidingCarry, bucketCarry)
+		exp = min(exp, (now/p+2)*p) // spent in the next epoch at most (slidingCarry)
 	}
 	if units > perm {
 		exp = min(exp, h.returns)

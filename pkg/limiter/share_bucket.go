@@ -1,5 +1,7 @@
 package limiter
 
+import "math"
+
 // Static shares of a token bucket, the store's side. A bucket of rate
 // L per period P and capacity B = L (shareableWindow) gives shares of one
 // epoch of P each, as a sliding window does: spent and counted epoch by
@@ -19,8 +21,13 @@ package limiter
 //     may be spent just before the next epoch's sharers spend theirs;
 //   - the shares of the epoch before, by settling them: the first sync of
 //     an epoch charges the bucket with what the shares of the epoch
-//     before did not report (settle), as if spent then, and later pushes
-//     of their hits charge nothing more.
+//     before did not report (settle), as if spent as that epoch ended,
+//     and later pushes of their hits charge nothing more.
+//
+// A bucket charged later than its units were spent counts at least as
+// few units left as one charged when they were: a GCRA's arrival time,
+// max(TAT, at) + n·T, only grows with at, and charges applied out of
+// order end no earlier than in order.
 //
 // So a sync may grant or probe, with ℓ(t) the units the bucket holds at
 // t and t₁ the next epoch's start,
@@ -37,20 +44,44 @@ package limiter
 // over x+1, is full at some instant of it, whatever x's shares spent,
 // and from that instant on the hits of x make no difference.
 
+// chargeBucket charges a token bucket with shares in the order its units
+// were spent in (an arrival time charged so ends lowest): the pushed hits
+// of earlier epochs, the shares of the epoch before settled at its end
+// (settle), then the hits of the current epoch.
+func (r *KeyRecord) chargeBucket(it *SyncItem, ws []Window, h *heldShares, now int64) {
+	edge := now / int64(ws[0].Period) * int64(ws[0].Period)
+	r.charge(it, ws, now, math.MinInt64, edge)
+	r.settle(ws[0], h, now)
+	r.charge(it, ws, now, edge, math.MaxInt64)
+}
+
+// countBucket counts hit h of a token bucket with shares in the epoch it
+// was admitted in, as a fixed window counts (Cur, Prev beside the TAT):
+// the units its replicas reported, which a view shows the replicas, where
+// the TAT counts the shares settled too (busyIn).
+func (c *WindowState) countBucket(w Window, h Hit, now int64) {
+	if h.N >= 0 {
+		c.ChargeAt(w, FixedWindow, h.At, now, uint64(h.N))
+	} else {
+		c.RefundAt(w, FixedWindow, h.At, now, uint64(-h.N))
+	}
+	c.Cur, c.Prev = min(c.Cur, MaxExact), min(c.Prev, MaxExact)
+}
+
 // settle charges a token bucket with the shares of the epoch before the
 // current one that were not reported (h.prev), once, at the epoch's first
-// sync that knows their sharers: as if their replicas spent them now.
-// From then on h.prev counts nothing, and pushed share hits of that epoch
-// charge nothing (charge).
+// sync that knows their sharers: as if their replicas spent them as that
+// epoch ended, no earlier than they did. From then on h.prev counts
+// nothing, and pushed share hits of that epoch charge nothing (charge).
 func (r *KeyRecord) settle(w Window, h *heldShares, now int64) {
 	e := now / int64(w.Period)
 	if r.Settled >= e-1 || h.prev >= maxExact {
 		h.prev = 0
 		return
 	}
-	if h.prev > 0 {
+	if h.prev > 0 { // the TAT alone: nobody reported these units (countBucket)
 		c := &r.Windows[0]
-		c.Charge(w, TokenBucket, now, h.prev)
+		c.ChargeAt(w, TokenBucket, e*int64(w.Period), now, h.prev)
 		c.TAT = min(c.TAT, MaxExact)
 	}
 	r.Settled, h.prev = e-1, 0
@@ -80,12 +111,27 @@ func bucketRoom(c WindowState, w Window, h heldShares, reserved uint64, now int6
 }
 
 // bucketCarry reports whether a token bucket's reservations, reserved
-// units in all, may outlive the epoch, to the end of the next one at
-// most (shareExpiry): spent in the next epoch, they must leave the
-// bucket, at the start of the one after, the most its shares hold beside
-// the margin. They may if they fit in the capacity beside the next
-// epoch's shares (h.next), that most and the margin.
+// units in all, may outlive the epoch, into the first half of the next
+// one at most (shareExpiry): the bucket must hold, at the start of the
+// epoch after, the most its shares hold beside the margin. Spent by the
+// next epoch's middle, the reservations leave half a period's refill to
+// make up for them before then. So they may if the next epoch's shares
+// (h.next), that most and the margin fit in the capacity, and with the
+// reservations in the capacity and half a period's refill.
+//
+// Why: the grant left the bucket, at the next epoch's start, the next
+// epoch's shares, the margin and the reservations (bucketRoom); as it
+// refills a period and the margin, it is full at some instant of that
+// epoch. If that instant comes after the middle, only the shares are
+// spent after it; if before, the reservations and the shares, and half
+// a period's refill comes after.
 func bucketCarry(it *SyncItem, w Window, h heldShares, reserved uint64) bool {
 	most := splitShare(w.Limit, ShareFraction(it.Algorithm, it.Share), 1)
-	return satAdd(reserved, satAdd(h.next, satAdd(most, bucketMargin(w)))) <= w.Capacity(TokenBucket)
+	fixed := satAdd(h.next, satAdd(most, bucketMargin(w)))
+	b := w.Capacity(TokenBucket)
+	return fixed <= b && satAdd(reserved, fixed) <= satAdd(b, bucketHalfRefill(w))
 }
+
+// bucketHalfRefill is the whole units a token bucket refills in half a
+// period.
+func bucketHalfRefill(w Window) uint64 { return uint64(int64(w.Period) / 2 / interval(w)) }

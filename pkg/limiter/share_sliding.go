@@ -45,7 +45,7 @@ func (r *KeyRecord) dropShares(it *SyncItem, w Window, epoch, now int64) {
 		last = epoch - 1
 	}
 	for id, rec := range r.Shares {
-		if rec.State.FreshAt(w, shareAlgorithm(it.Algorithm)) <= now && rec.Released < last && rec.LentEpoch < last && rec.ShrinkEpoch < last {
+		if recordFreshAt(rec.State, w, it.Algorithm) <= now && rec.Released < last && rec.LentEpoch < last && rec.ShrinkEpoch < last {
 			delete(r.Shares, id)
 		}
 	}
@@ -130,10 +130,10 @@ func slidingRoom(c WindowState, w Window, h heldShares, reserved uint64, now int
 func (e *engine) releaseUpTo(cs *creditState, mv *memberView, snow, now int64) int64 {
 	p := int64(cs.ws[0].Period)
 	ep := snow / p
-	if cs.rule.Algorithm != SlidingWindow || e.sharersIn(mv, mv.shareBase(cs.rule.Algorithm, (ep+1)*p, p), p, now) == 0 {
+	if !aheadShares(cs.rule.Algorithm) || e.sharersIn(mv, mv.shareBase(cs.rule.Algorithm, (ep+1)*p, p), p, now) == 0 {
 		return ep
 	}
-	if cs.share.releasedThrough() <= ep && cs.busyIn(ep) {
+	if cs.share.releasedThrough() <= ep && cs.busyIn(ep, snow) {
 		cs.share.set(flagRelease)
 	}
 	return ep + 1
@@ -146,12 +146,23 @@ func (sh *shareState) releasedThrough() int64 {
 	return sh.released
 }
 
-// busyIn reports a sliding-window key whose last view counts, in epoch
-// ep, at least half of what the static shares of an epoch hold.
-func (cs *creditState) busyIn(ep int64) bool {
+// busyIn reports a sliding-window or token-bucket key whose last view
+// counts, in epoch ep, at least half of what the static shares of an
+// epoch hold (a token bucket's view counts its reported units so beside
+// its TAT, countBucket). A token bucket's that counted the shares' whole
+// in the epoch before is busy from the epoch's start: a bucket refills
+// from one epoch into the next, and a key kept busy releases its share
+// of the next epoch as each begins, so that credit granted then need not
+// lapse when the shares it was granted out of return.
+func (cs *creditState) busyIn(ep, snow int64) bool {
 	v := cs.view.Load()
-	if v == nil || v.windows[0].Epoch != ep {
+	if v == nil {
 		return false
 	}
-	return v.windows[0].Cur >= splitShare(cs.ws[0].Limit, cs.rule.shareFraction(), 2)
+	c, busy := v.windows[0], splitShare(cs.ws[0].Limit, cs.rule.shareFraction(), 2)
+	if cs.rule.Algorithm == TokenBucket {
+		c.Roll(cs.ws[0], snow)
+		return c.Epoch == ep && (c.Cur >= busy || c.Prev >= 2*busy)
+	}
+	return c.Epoch == ep && c.Cur >= busy
 }

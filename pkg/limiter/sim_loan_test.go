@@ -98,7 +98,7 @@ func askCountedOf(st *itemCounter, rule *limiter.Rule, ls ...*limiter.Limiter) (
 // Of a sliding window, whose shares a and b hold from their second
 // minute, in which c replaces b: the same.
 func TestSimLoanAfterRollingUpdate(t *testing.T) {
-	for _, rule := range []*limiter.Rule{perMinute(100), slidingRule(100, time.Minute)} {
+	for _, rule := range []*limiter.Rule{perMinute(100), slidingRule(100, time.Minute), bucketRule(100, time.Minute)} {
 		t.Run(rule.Algorithm.String(), func(t *testing.T) { simLoanAfterRollingUpdate(t, rule) })
 	}
 }
@@ -107,8 +107,8 @@ func simLoanAfterRollingUpdate(t *testing.T, rule *limiter.Rule) {
 	synctest.Test(t, func(t *testing.T) {
 		st := &itemCounter{Store: memstore.New(nil)}
 		minute := 1
-		if rule.Algorithm == limiter.SlidingWindow {
-			minute = 2
+		if rule.Algorithm != limiter.FixedWindow {
+			minute = 2 // the shares begin a minute later (shareBase)
 		}
 		_, c := rollOverIn(t, st, minute)
 		denied, local, syncs := askCountedOf(st, rule, c)

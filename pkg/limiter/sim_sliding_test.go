@@ -62,11 +62,16 @@ func (r *keyRun) slidingExcess(found func(k uint64, at time.Duration, n, cur, pr
 
 // checkLimit fails t for a window of a key over the limit (check), or
 // for a sliding window, an admit that took its count over (checkSliding),
-// and returns how many.
+// for a token bucket one that found it empty (checkBucket), and returns
+// how many.
 func (r *keyRun) checkLimit(t *testing.T) int {
 	t.Helper()
-	if r.s.rule.Algorithm == limiter.SlidingWindow {
+	switch r.s.rule.Algorithm {
+	case limiter.SlidingWindow:
 		return r.checkSliding(t)
+	case limiter.TokenBucket:
+		over, _ := r.checkBucket(t)
+		return over
 	}
 	over, _ := r.check(t, false)
 	return over
@@ -153,7 +158,7 @@ func TestSimSlowStoreSliding(t *testing.T) {
 
 // oldReplicaStore lists, beside the replicas that heartbeat, one of a
 // version that does not count a sliding window's static shares
-// (Member.Sliding false), live until stopped.
+// (Member.Ahead false), live until stopped.
 type oldReplicaStore struct {
 	limiter.Store
 	mu      sync.Mutex

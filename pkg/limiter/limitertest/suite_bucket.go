@@ -28,37 +28,40 @@ func testBucketShares(t *testing.T, st limiter.Store) {
 	e := epochOf(t, st, w)
 	p := int64(time.Hour / time.Microsecond)
 	T := p / 100
-	r := sync1(t, st, "a", bucketShared("k", w, 1000, 4, 0, e))
+	k := bucketShared("k", w, 1000, 4, 0, e)
+	k.Lease = 3 * time.Hour
+	r := sync1(t, st, "a", k)
 	// now: 100 − 48; at the next epoch's start: 100 − 48 − 48 = 4
 	expect(t, "credit beside this epoch's and the next's shares", r.Credit, 1)
 	expect(t, "others: this epoch's shares", r.Others, 48)
 	expect(t, "no share of the epoch before to settle", r.Windows[0].TAT, 0)
-	// 1 reserved + the next epoch's 48 + the most the one after's hold
-	// (50) fit in 100: the reservation may be spent in the next epoch.
-	expect(t, "expires within the next epoch", r.Expires, min(r.Now+minute, (e+2)*p))
+	// The next epoch's 48, the most the one after's hold (50): 98 ≤ 100;
+	// with the reservation, 99 ≤ 100 + 50, half an hour's refill: the
+	// reservation may be spent in the first half of the next epoch.
+	expect(t, "expires in the middle of the next epoch", r.Expires, (e+2)*p-p/2)
 
 	wait := bucketShared("waiters", w, 10, 4, 0, e)
 	wait.Waiting = 10
 	r = sync1(t, st, "a", wait)
 	expect(t, "waiters get what fits at the next epoch's start", r.Credit, 4)
 	expect(t, "contended: the next epoch's shares hold the rest", r.Contended, true)
-	expect(t, "4 + 48 + 50 > 100: expires with the epoch", r.Expires, min(r.Now+minute, (e+1)*p))
 
 	// The shares of the epoch before, reported by nobody: settled at
-	// the epoch's first sync, as if spent then.
+	// the epoch's first sync, as if spent as that epoch ended.
 	set := bucketShared("settle", w, 0, 4, 4, e)
 	set.Waiting = 100
 	r = sync1(t, st, "a", set)
-	expect(t, "the bucket charged with the epoch before's 48", r.Windows[0].TAT, r.Now+48*T)
-	left := (e+1)*p - r.Now // until the next epoch
-	expect(t, "credit beside the settled shares", r.Credit, min(4, sat(min(100, 52+uint64(left/T)), 96)))
+	tat := e*p + 48*T
+	expect(t, "the bucket charged with the epoch before's 48", r.Windows[0].TAT, tat)
+	holds := func(at int64) uint64 { return uint64((at + 100*T - max(tat, at)) / T) }
+	expect(t, "credit beside the settled shares", r.Credit, min(sat(holds(r.Now), 48), sat(holds((e+1)*p), 96)))
 	set.Waiting = 0
 	set.ShareHits = []limiter.Hit{{At: e*p - 1, N: 5}} // a's hits of the settled epoch
 	r2 := sync1(t, st, "a", set)
-	expect(t, "settled once, and its hits pushed late charge nothing", r2.Windows[0].TAT, r.Now+48*T)
+	expect(t, "settled once, and its hits pushed late charge nothing", r2.Windows[0].TAT, tat)
 	set.ShareHits = []limiter.Hit{{At: r2.Now, N: 5}}
 	r2 = sync1(t, st, "a", set)
-	expect(t, "this epoch's share hits charge the bucket", r2.Windows[0].TAT, r.Now+53*T)
+	expect(t, "this epoch's share hits charge the bucket", r2.Windows[0].TAT, max(tat, r2.Now)+5*T)
 
 	rel := bucketShared("rel", w, 0, 4, 0, e)
 	for _, id := range []string{"b", "c", "d"} {

@@ -242,7 +242,7 @@ func testMembers(t *testing.T, st limiter.Store) {
 	members := func(what string, m limiter.Membership, want ...limiter.Member) {
 		t.Helper()
 		for i := range want {
-			want[i].Sliding = true // every replica here counts a sliding window's shares
+			want[i].Ahead = true // every replica here counts a sliding window's and a token bucket's shares
 		}
 		if got, want := sorted(m.Members), sorted(want); !slices.Equal(got, want) {
 			t.Fatalf("%s: members %v, want %v", what, got, want)

@@ -369,7 +369,9 @@ func TestRealtimeLimitHolds(t *testing.T) {
 	start := rtNextSecond(0)
 	plan := rtPlan{rule: rule, keys: [][]byte{rtKey(rule, "u1")}, callers: rtCallers,
 		pace: rtPace(rtReplicas*rtCallers, rtLoad, rtLimit)}
+	stalls := rtWatchStalls()
 	calls := f.drive(plan, start, start.Add(seconds*time.Second))
+	stalls.close()
 	rtErrors(t, calls)
 	from := start.Unix()
 	secs := rtSeconds(calls, 0, from, from+seconds)
@@ -377,14 +379,17 @@ func TestRealtimeLimitHolds(t *testing.T) {
 	t.Logf("admitted/offered per second: %s", rtFormat(secs))
 	t.Logf("decision latency: %s", lat)
 	t.Logf("modes: %v", rtModes(calls))
+	t.Logf("scheduler: %v", stalls)
 	f.logStats(t)
-	rtCheckSeconds(t, calls, 0, secs, rtLimit)
+	rtCheckSeconds(t, calls, 0, secs, rtLimit, stalls)
 }
 
 // rtCheckSeconds asserts the design's bounds on one key: no window over
 // the limit, and every interior window (not the cold first, not the last)
-// at least 95 % of it.
-func rtCheckSeconds(t *testing.T, calls []rtCall, key int, secs []rtSecond, limit int) {
+// at least 95 % of it, unless the scheduler stalled the process for
+// rtStalledTolerance or more in that window: a busy machine then sends
+// and decides less, which is no fault of the engine's (logged).
+func rtCheckSeconds(t *testing.T, calls []rtCall, key int, secs []rtSecond, limit int, stalls *rtStalls) {
 	t.Helper()
 	from, to := secs[0].Unix, secs[len(secs)-1].Unix+1
 	if excess, where := rtOverLimit(calls, key, limit, from, to); excess > 0 {
@@ -398,7 +403,12 @@ func rtCheckSeconds(t *testing.T, calls []rtCall, key int, secs []rtSecond, limi
 			continue
 		}
 		if floor := limit * 95 / 100; s.Admitted < floor {
-			t.Errorf("key %d interior second %d admitted %d < %d (95%% of %d), offered %d", key, i, s.Admitted, floor, limit, s.Offered)
+			msg := fmt.Sprintf("key %d interior second %d admitted %d < %d (95%% of %d), offered %d", key, i, s.Admitted, floor, limit, s.Offered)
+			if st := stalls.during(rtCall{start: s.Unix * 1e9, end: (s.Unix + 1) * 1e9}); st >= rtStalledTolerance {
+				t.Logf("%s; the scheduler stalled %v in it", msg, st)
+				continue
+			}
+			t.Error(msg)
 		}
 	}
 }
@@ -845,7 +855,10 @@ func TestRealtimeCluster(t *testing.T) {
 	plan := rtPlan{rule: rule, keys: keys, callers: len(keys),
 		pace:  rtPace(rtReplicas, rtLoad, rtLimit), // per key: one caller on each replica
 		keyOf: func(r, c int) int { return (r + c) % len(keys) }}
+	stalls := rtWatchStalls()
 	calls := f.drive(plan, start, start.Add(seconds*time.Second))
+	stalls.close()
+	t.Logf("scheduler: %v", stalls)
 	rtErrors(t, calls)
 	from := start.Unix()
 	lat, _ := rtLatencies(calls)
@@ -855,7 +868,7 @@ func TestRealtimeCluster(t *testing.T) {
 	for k := range keys {
 		secs := rtSeconds(calls, k, from, from+seconds)
 		t.Logf("key %d admitted/offered per second: %s", k, rtFormat(secs))
-		rtCheckSeconds(t, calls, k, secs, rtLimit)
+		rtCheckSeconds(t, calls, k, secs, rtLimit, stalls)
 	}
 }
 

@@ -111,7 +111,7 @@ func summary(m limiter.Membership) string {
 
 // TestRegistryOldVersion: a replica of a version that does not count a
 // sliding window's static shares heartbeats through a script that sets
-// no v: field; the registry lists it without Member.Sliding, and one of
+// no v: field; the registry lists it without Member.Ahead, and one of
 // this version with it, kept by its earlier incarnation.
 func TestRegistryOldVersion(t *testing.T) {
 	client := redistest.Start(t).Client(t)
@@ -135,12 +135,12 @@ func TestRegistryOldVersion(t *testing.T) {
 	}
 	sliding := map[string][]bool{}
 	for _, x := range m.Members {
-		sliding[x.Name] = append(sliding[x.Name], x.Sliding)
+		sliding[x.Name] = append(sliding[x.Name], x.Ahead)
 	}
 	if fmt.Sprint(sliding["old"]) != "[false]" || fmt.Sprint(sliding["new"]) != "[true true]" {
 		t.Fatalf("Sliding by member: %v; want old false, new's two incarnations true", sliding)
 	}
-	if m.SlidingReady(m.Now+int64(30*time.Second/time.Microsecond), int64(time.Minute/time.Microsecond), 3*time.Second) {
-		t.Error("SlidingReady with the old replica a sharer")
+	if m.AheadReady(m.Now+int64(30*time.Second/time.Microsecond), int64(time.Minute/time.Microsecond), 3*time.Second) {
+		t.Error("AheadReady with the old replica a sharer")
 	}
 }

@@ -17,7 +17,7 @@
 --                    Declaration), "at n until"; dropped when it joins
 --                    again
 --            v:<id>  "1": replica id counts a sliding window's static
---                    shares (Member.Sliding), set by every heartbeat of
+--                    shares (Member.Ahead), set by every heartbeat of
 --                    this script and kept by an earlier incarnation; a
 --                    replica of an earlier version sets none
 --            since   the latest lease end the registry forgot, µs

@@ -53,14 +53,19 @@
 
 -- charge charges the nh hits whose arguments start at args[h] to every
 -- window, each to the window it was admitted in (step 2 of
--- KeyRecord.Sync); but not, settled > 0, the hits of an epoch up to
--- settled (a token bucket's share hits, KeyRecord.charge).
-local function charge(st, ws, h, nh, settled)
+-- KeyRecord.Sync): those admitted from instant from and before to
+-- (false: no bound), but not, settled > 0, the hits of an epoch up to
+-- settled (a token bucket's share hits, KeyRecord.charge); count: a
+-- token bucket with shares, whose window counts them by epoch too
+-- (countBucket).
+local function charge(st, ws, h, nh, settled, from, to, count)
   for k = 0, nh - 1 do
     local at, units = tonumber(args[h + 2 * k]), num(h + 2 * k + 1)
-    if not (settled > 0 and idiv(min(at, now), ws[1].p) <= settled) then
+    local t = min(at, now)
+    if not (settled > 0 and idiv(t, ws[1].p) <= settled or from and t < from or to and t >= to) then
       for i = 1, #ws do
         charge_at(st[i], ws[i], at, units)
+        if count then charge_at(st[i], ws[i], at, units, true) end
       end
     end
   end
@@ -159,11 +164,12 @@ end
 
 -- KeyRecord.settle: a token bucket is charged, at the first sync of an
 -- epoch, with what the shares of the epoch before did not report (hprev,
--- MAXEXACT: not known, and nothing is settled), once.
+-- MAXEXACT: not known, and nothing is settled), once, as spent as that
+-- epoch ended.
 local function settle(rec, w, hprev)
   local e = w.e - 1
   if rec.settled >= e or hprev >= MAXEXACT then return end
-  if hprev > 0 then charge_at(rec.st[1], w, now, hprev) end
+  if hprev > 0 then charge_at(rec.st[1], w, w.e * w.p, hprev) end
   rec.settled = e
 end
 
@@ -453,11 +459,21 @@ local function sync(key, a)
   -- admitted in; the share hits to this replica's share record too,
   -- raised to its share floor first.
   lift(rec, ws, floors, nf, fgen)
-  charge(st, ws, hits, nh, 0)
-  charge(st, ws, shits, nsh, alg == BUCKET and rec.settled or 0)
+  -- a token bucket with shares is charged in the order its units were
+  -- spent in (KeyRecord.chargeBucket): the hits of earlier epochs, the
+  -- shares of the epoch before settled at its end, the hits of this one
+  local bucket = alg == BUCKET and se > 0 and nw == 1 and ws[1].cap == ws[1].limit
+  local settled = alg == BUCKET and rec.settled or 0
+  local edge = bucket and ws[1].e * ws[1].p
+  charge(st, ws, hits, nh, 0, false, edge, bucket)
+  charge(st, ws, shits, nsh, settled, false, edge, bucket)
   local held, ownheld, released, returns, carry, has, shrinkable, hprev, hnext =
     charge_shares(rec, ws, se, sharers, ns[2], ns[3], gone, share, shits, nsh, release, ahead, sfloor, lent, nrep, shrink)
-  if has and alg == BUCKET then settle(rec, ws[1], hprev) end
+  if bucket then
+    settle(rec, ws[1], hprev)
+    charge(st, ws, hits, nh, 0, edge, false, true)
+    charge(st, ws, shits, nsh, settled, edge, false, true)
+  end
 
   -- A sliding window is pressed for its shortest period from a report of
   -- requests waiting or denied.
@@ -488,7 +504,10 @@ local function sync(key, a)
   local kept = min(unused, rec.own, avail)
   local probed = min(probe, avail - kept)
   if probed > 0 then
-    for i = 1, nw do charge_at(st[i], ws[i], now, probed) end
+    for i = 1, nw do
+      charge_at(st[i], ws[i], now, probed)
+      if bucket then charge_at(st[i], ws[i], now, probed, true) end
+    end
     avail = avail - probed
   end
   local free = avail - kept
@@ -512,14 +531,18 @@ local function sync(key, a)
     local most = idiv(floor(share_fraction(share) * ws[1].limit), 1)
     carry = satadd(satadd(rec.others, credit), satadd(hnext, most)) <= ws[1].limit
   elseif has and alg == BUCKET then -- bucketCarry
-    local most = idiv(floor(share_fraction(share) * ws[1].limit), 1)
-    carry = satadd(satadd(rec.others, credit), satadd(hnext, satadd(most, bucket_margin(ws[1])))) <= ws[1].cap
+    local w = ws[1]
+    local most = idiv(floor(share_fraction(share) * w.limit), 1)
+    local fixed = satadd(hnext, satadd(most, bucket_margin(w)))
+    carry = fixed <= w.cap and satadd(satadd(rec.others, credit), fixed) <= satadd(w.cap, idiv(idiv(w.p, 2), interval(w)))
   end
   if has then
     if not carry then
       local p = ws[1].p
       expires = min(expires, (ws[1].e + 1) * p)
-    elseif alg ~= FIXED then -- spent in the next epoch at most (slidingCarry, bucketCarry)
+    elseif alg == BUCKET then -- spent by the next epoch's middle (bucketCarry)
+      expires = min(expires, (ws[1].e + 2) * ws[1].p - idiv(ws[1].p, 2))
+    elseif alg ~= FIXED then -- spent in the next epoch at most (slidingCarry)
       expires = min(expires, (ws[1].e + 2) * ws[1].p)
     end
     if credit > satsub(avail, released) then

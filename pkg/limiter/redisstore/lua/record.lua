@@ -187,11 +187,12 @@ local function charge_at(s, w, at, n, share)
   end
 end
 
--- WindowState.FreshAt; share: of a share record (shareAlgorithm).
+-- WindowState.FreshAt; share: of a share record (recordFreshAt: a token
+-- bucket's counts in the next epoch, as a sliding window's).
 local function fresh_at(s, w, share)
   if alg == BUCKET and not share then
     return s.tat
-  elseif alg == SLIDING then
+  elseif alg ~= FIXED then
     return (s.epoch + 2) * w.p
   end
   return (s.epoch + 1) * w.p
