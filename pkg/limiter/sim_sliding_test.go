@@ -189,10 +189,11 @@ func (s *oldReplicaStore) stop(now int64) {
 }
 
 // TestSimSlidingSharesWaitForOldReplicas: while a replica of a version
-// that does not count a sliding window's static shares may be live, the
-// others hold none of a sliding window (its credit would be granted out
-// of them), but keep a fixed window's; once its lease ended before an
-// epoch's sharers were counted (shareBase), they hold them again.
+// that does not count a sliding window's or a token bucket's static
+// shares may be live, the others hold none of a sliding window or a
+// token bucket (their credit would be granted out of them), but keep a
+// fixed window's; once its lease ended before an epoch's sharers were
+// counted (shareBase), they hold them again.
 func TestSimSlidingSharesWaitForOldReplicas(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		st := &oldReplicaStore{Store: memstore.New(nil)}
@@ -200,8 +201,10 @@ func TestSimSlidingSharesWaitForOldReplicas(t *testing.T) {
 		b, _ := startReplica(t, st, "b")
 		time.Sleep(time.Until(time.Now().Truncate(time.Minute).Add(2*time.Minute + 5*time.Second)))
 		ask := func(rule *limiter.Rule) (denied, local int64) { return askKeys(rule, 100, a, b) }
-		if d, l := ask(slidingRule(100, time.Minute)); d > 0 || l > 0 {
-			t.Errorf("sliding window beside an old replica: %d denied, %d of 800 decided locally; want none from shares", d, l)
+		for _, rule := range []*limiter.Rule{slidingRule(100, time.Minute), bucketRule(100, time.Minute)} {
+			if d, l := ask(rule); d > 0 || l > 0 {
+				t.Errorf("%v beside an old replica: %d denied, %d of 800 decided locally; want none from shares", rule.Algorithm, d, l)
+			}
 		}
 		if d, l := ask(perMinute(100)); d > 0 || l < 700 {
 			t.Errorf("fixed window beside an old replica: %d denied, %d of 800 decided locally", d, l)
@@ -210,8 +213,10 @@ func TestSimSlidingSharesWaitForOldReplicas(t *testing.T) {
 		// Its lease ended before the next minute began: the minute after
 		// counts the sharers of that one.
 		time.Sleep(time.Until(time.Now().Truncate(time.Minute).Add(2*time.Minute + 5*time.Second)))
-		if d, l := ask(slidingRule(100, time.Minute)); d > 0 || l < 700 {
-			t.Errorf("sliding window once the old replica stopped: %d denied, %d of 800 decided locally", d, l)
+		for _, rule := range []*limiter.Rule{slidingRule(100, time.Minute), bucketRule(100, time.Minute)} {
+			if d, l := ask(rule); d > 0 || l < 700 {
+				t.Errorf("%v once the old replica stopped: %d denied, %d of 800 decided locally", rule.Algorithm, d, l)
+			}
 		}
 	})
 }

@@ -91,9 +91,9 @@ func rtManyKeys(t *testing.T, g *rtGroup, admin *redis.Client, rule *limiter.Rul
 	const seconds = 5
 	w := rule.Windows[0]
 	start := rtShareWindow(t, g, w.Period, (seconds+1)*time.Second)
-	if rule.Algorithm == limiter.SlidingWindow {
-		start = start.Truncate(w.Period).Add(w.Period) // its shares begin a window later
-		t.Logf("a sliding window's: the run begins at the next window, in %v", time.Until(start).Round(time.Millisecond))
+	if rule.Algorithm != limiter.FixedWindow {
+		start = rtSharesFrom(rule, start) // its shares begin a window later
+		t.Logf("a %v's shares begin a window later: the run begins at the next window, in %v", rule.Algorithm, time.Until(start).Round(time.Millisecond))
 	}
 	end := start.Add(seconds * time.Second)
 	time.Sleep(time.Until(start.Add(-50 * time.Millisecond))) // the run is scheduled in real time
@@ -147,6 +147,10 @@ func rtManyKeys(t *testing.T, g *rtGroup, admin *redis.Client, rule *limiter.Rul
 	if len(unexcused) > 0 {
 		t.Errorf("%d decisions of keys far below their limit waited for Redis or were denied: %s",
 			len(unexcused), strings.Join(unexcused[:min(5, len(unexcused))], "; "))
+	}
+	if rule.Algorithm == limiter.TokenBucket {
+		rtAssertBucket(t, calls, rule, 0, nil)
+		return
 	}
 	from := start.UnixNano() / int64(w.Period)
 	rtAssertWithin(t, calls, int(w.Limit), w.Period, from, (end.UnixNano()-1)/int64(w.Period)+1)
@@ -304,9 +308,7 @@ func rtSkewedManyKeys(t *testing.T, rule *limiter.Rule) {
 	g := rtGroupRecorded(t, srv.Addr, "realtime-skewed", 4, rec)
 	const seconds = 8
 	start := rtShareWindow(t, g, time.Second, time.Second)
-	if rule.Algorithm == limiter.SlidingWindow {
-		start = start.Truncate(time.Second).Add(time.Second) // its shares begin a window later
-	}
+	start = rtSharesFrom(rule, start) // a sliding window's or a token bucket's shares begin a window later
 	// As many callers as a proxy has requests in flight: one that waits
 	// for a round holds back few others.
 	stalls := rtWatchStalls()
@@ -314,7 +316,11 @@ func rtSkewedManyKeys(t *testing.T, rule *limiter.Rule) {
 	stalls.close()
 	rtErrors(t, calls)
 	from := start.Unix()
-	rtAssertWithinStalled(t, calls, 10, 4, time.Second, from, from+seconds, stalls)
+	if rule.Algorithm == limiter.TokenBucket {
+		rtAssertBucket(t, calls, rule, 4, stalls)
+	} else {
+		rtAssertWithinStalled(t, calls, 10, 4, time.Second, from, from+seconds, stalls)
+	}
 
 	var denied int
 	for _, c := range calls {
