@@ -11,10 +11,9 @@ import "math"
 // fits, and the shares of an epoch, spread over it, refill at most half
 // of the bucket's rate.
 //
-// The bucket (its TAT) is charged with the share hits a replica pushes,
-// when it pushes them: later than they were admitted, which a bucket
-// counts as at least as full. The store counts what it has not been
-// charged with:
+// The bucket (its TAT) is charged with the share hits a replica pushes
+// when they arrive, each at the instant it was admitted. The store counts
+// what it has not been charged with:
 //
 //   - the shares of the current epoch not reported (h.all), and those of
 //     the next (h.next), as a sliding window does; a unit granted now
