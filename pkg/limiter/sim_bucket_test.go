@@ -118,17 +118,29 @@ func TestSimSkewedManyKeysBucket(t *testing.T) {
 // how many, and all the denials.
 func (r *keyRun) quietDenials(t *testing.T, part uint64) (quiet int, denied uint64) {
 	t.Helper()
+	for _, n := range r.denied {
+		denied += n
+	}
+	quiet = r.quietWindows(part, func(w [2]uint64, n, sent, before uint64) {
+		t.Errorf("key %d, window %d: %d denied though sent %d, and %d the window before: %v", w[0], w[1], n, sent, before, r.deniedHow[w])
+	})
+	return quiet, denied
+}
+
+// quietWindows calls found for the first five key windows with a denial
+// that were sent no more than 1/part of the limit, nor the window before
+// them, and returns how many there are.
+func (r *keyRun) quietWindows(part uint64, found func(w [2]uint64, denied, sent, before uint64)) (quiet int) {
 	limit := r.s.rule.Windows[0].Limit
 	for w, n := range r.denied {
-		denied += n
 		sent, before := r.offered[w], r.offered[[2]uint64{w[0], w[1] - 1}]
 		if sent <= limit/part && before <= limit/part {
 			if quiet++; quiet <= 5 {
-				t.Errorf("key %d, window %d: %d denied though sent %d, and %d the window before: %v", w[0], w[1], n, sent, before, r.deniedHow[w])
+				found(w, n, sent, before)
 			}
 		}
 	}
-	return quiet, denied
+	return quiet
 }
 
 // TestSimSlowStoreBucket is TestSimSlowStore of a token bucket, from the
@@ -145,13 +157,7 @@ func TestSimSlowStoreBucket(t *testing.T) {
 	r := keySim{rule: bucketRule(100, time.Minute), replicas: 4, keys: 5000, rate: 500, zipf: 1.1,
 		duration: from + 70*time.Second, measureFrom: from,
 		during: func(r *keyRun) { r.faulty.SetDelay(50 * time.Millisecond) }}.run(t)
-	limit := r.s.rule.Windows[0].Limit
-	half := 0
-	for w := range r.denied {
-		if r.offered[w] <= limit/2 && r.offered[[2]uint64{w[0], w[1] - 1}] <= limit/2 {
-			half++
-		}
-	}
+	half := r.quietWindows(2, func([2]uint64, uint64, uint64, uint64) {})
 	quiet, _ := r.quietDenials(t, 4)
 	over, most := r.checkBucket(t)
 	t.Logf("%d requests; %d admits over, by %d at most; %d key windows with denials, %d of them sent no more than half the limit (and the window before), %d no more than a quarter; the longest decision %v",

@@ -102,19 +102,7 @@ func TestSimSkewedManyKeysSliding(t *testing.T) {
 	r := keySim{rule: slidingRule(10, time.Second), replicas: 4, keys: 1000, zipf: 1.1, rate: 3000,
 		duration: 20 * time.Second, measureFrom: 5 * time.Second}.run(t)
 	over := r.checkSliding(t)
-	limit := r.s.rule.Windows[0].Limit
-	var denied uint64
-	quiet := 0
-	for w, n := range r.denied {
-		denied += n
-		if r.offered[w] <= limit/2 && r.offered[[2]uint64{w[0], w[1] - 1}] <= limit/2 {
-			quiet++
-			if quiet <= 5 {
-				t.Errorf("key %d, window %d: %d denied though sent %d, and %d the window before: %v", w[0], w[1], n,
-					r.offered[w], r.offered[[2]uint64{w[0], w[1] - 1}], r.deniedHow[w])
-			}
-		}
-	}
+	quiet, denied := r.quietDenials(t, 2)
 	t.Logf("%d requests; %d denied after 5 s; %d admits over; %d quiet key windows with denials; %d decisions waited for the store, the longest %v",
 		r.requests, denied, over, quiet, r.waited, r.longest)
 }
@@ -137,20 +125,8 @@ func TestSimSlowStoreSliding(t *testing.T) {
 	r := keySim{rule: slidingRule(100, time.Minute), replicas: 4, keys: 5000, rate: 500, zipf: 1.1,
 		duration: from + 70*time.Second, measureFrom: from,
 		during: func(r *keyRun) { r.faulty.SetDelay(50 * time.Millisecond) }}.run(t)
-	limit := r.s.rule.Windows[0].Limit
-	var half, quarter int
-	for w := range r.denied {
-		sent, before := r.offered[w], r.offered[[2]uint64{w[0], w[1] - 1}]
-		if sent <= limit/2 && before <= limit/2 {
-			half++
-		}
-		if sent <= limit/4 && before <= limit/4 {
-			quarter++
-			if quarter <= 5 {
-				t.Errorf("key %d, window %d: denied though sent %d, and %d the window before: %v", w[0], w[1], sent, before, r.deniedHow[w])
-			}
-		}
-	}
+	half := r.quietWindows(2, func([2]uint64, uint64, uint64, uint64) {})
+	quarter, _ := r.quietDenials(t, 4)
 	over := r.checkSliding(t)
 	t.Logf("%d requests; %d admits over; %d key windows with denials, %d of them sent no more than half the limit (and the window before), %d no more than a quarter; the longest decision %v",
 		r.requests, over, len(r.denied), half, quarter, r.longest)
