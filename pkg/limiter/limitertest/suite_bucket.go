@@ -59,9 +59,10 @@ func testBucketShares(t *testing.T, st limiter.Store) {
 	set.ShareHits = []limiter.Hit{{At: e*p - 1, N: 5}} // a's hits of the settled epoch
 	r2 := sync1(t, st, "a", set)
 	expect(t, "settled once, and its hits pushed late charge nothing", r2.Windows[0].TAT, tat)
-	set.ShareHits = []limiter.Hit{{At: r2.Now, N: 5}}
+	at := r2.Now
+	set.ShareHits = []limiter.Hit{{At: at, N: 5}}
 	r2 = sync1(t, st, "a", set)
-	expect(t, "this epoch's share hits charge the bucket", r2.Windows[0].TAT, max(tat, r2.Now)+5*T)
+	expect(t, "this epoch's share hits charge the bucket, at the instant they were admitted", r2.Windows[0].TAT, max(tat, at)+5*T)
 
 	rel := bucketShared("rel", w, 0, 4, 0, e)
 	for _, id := range []string{"b", "c", "d"} {
