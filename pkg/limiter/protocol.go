@@ -47,8 +47,12 @@ type KeyRecord struct {
 	Gen  int64
 	Base []WindowState
 	// Settled is the last epoch of a token bucket with shares whose
-	// shares the bucket has been charged with (settle); zero: none.
-	Settled int64
+	// shares the bucket has been charged with, or no longer needs to be
+	// (settle); zero: none. Synced is the epoch of the bucket's last sync,
+	// and SyncedPrevN the sharers of the epoch before it (held then,
+	// settled at the next epoch's first sync).
+	Settled, Synced int64
+	SyncedPrevN     int
 }
 
 // Reservation is one replica's claim on a key's budget.
@@ -100,8 +104,7 @@ func (r *KeyRecord) Sync(replica string, it *SyncItem, now int64) SyncResult {
 	r.lift(it, ws, now)
 	var held heldShares
 	if it.bucket() {
-		held = r.chargeShares(replica, it, ws, now)
-		r.chargeBucket(it, ws, &held, now)
+		held = r.chargeBucket(replica, it, ws, now)
 	} else {
 		r.charge(it, ws, now, math.MinInt64, math.MaxInt64)
 		held = r.chargeShares(replica, it, ws, now)
@@ -348,12 +351,12 @@ func (r *KeyRecord) ExpiresAt(a Algorithm, ws []Window) int64 {
 	}
 	if len(ws) == 1 {
 		w := storeWindows(ws)[0]
-		after := int64(1)
-		if aheadShares(a) {
-			after = 2 // the records of an epoch count in the next (dropShares)
-		}
+		after := 1 + recordEpochs(a) // the records of an epoch count in the next ones (dropShares)
 		for _, s := range r.Shares {
 			t = max(t, recordFreshAt(s.State, w, a), (max(s.Released, s.LentEpoch, s.ShrinkEpoch)+after)*int64(w.Period))
+		}
+		if a == TokenBucket && r.Synced > 0 {
+			t = max(t, (r.Synced+2)*int64(w.Period)) // the next epoch's first sync settles (settle)
 		}
 	}
 	return t

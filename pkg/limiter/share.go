@@ -102,6 +102,22 @@ func (rec *ShareRecord) release(now, last int64, ahead bool) {
 	rec.Released = max(rec.Released, last)
 }
 
+// releasePast records the end of epoch x, over at the replica: it gives
+// up the rest of its share of x (SyncItem.ReleasePrev). A record whose
+// run of releases begins after x+1 is left as it is.
+func (rec *ShareRecord) releasePast(x int64) {
+	switch {
+	case rec.releasedIn(x):
+	case rec.Released < x:
+		if rec.Released < x-1 {
+			rec.From = x // a gap: a new run
+		}
+		rec.Released = x
+	case rec.From == x+1:
+		rec.From = x
+	}
+}
+
 // lent reports a record that holds a loan of epoch e.
 func (rec ShareRecord) lent(e int64) bool { return rec.Lent > 0 && rec.LentEpoch == e }
 
@@ -143,14 +159,23 @@ func shareAlgorithm(a Algorithm) Algorithm {
 }
 
 // recordFreshAt is when share record state s of a window w of algorithm
-// a counts nothing any more: at the end of its epoch, or of the next one
-// where the store counts the epoch before's shares (a sliding window's,
-// a token bucket's: settle).
+// a counts nothing any more: at the end of its epoch, of the next one
+// where the store counts the epoch before's shares (a sliding window's),
+// or of the one after (a token bucket's, settled then: settle).
 func recordFreshAt(s WindowState, w Window, a Algorithm) int64 {
-	if aheadShares(a) {
-		return (s.Epoch + 2) * int64(w.Period)
+	return (s.Epoch + 1 + recordEpochs(a)) * int64(w.Period)
+}
+
+// recordEpochs is how many epochs after its own a share record of
+// algorithm a still counts (recordFreshAt, dropShares).
+func recordEpochs(a Algorithm) int64 {
+	switch a {
+	case SlidingWindow:
+		return 1
+	case TokenBucket:
+		return 2
 	}
-	return (s.Epoch + 1) * int64(w.Period)
+	return 0
 }
 
 // ShareFraction is the part of a window's limit the static shares of one
@@ -228,7 +253,7 @@ func (r *KeyRecord) chargeShares(replica string, it *SyncItem, ws []Window, now 
 	}
 	// A shrink of the epoch the replica names, by a sharer of it.
 	shrink := sharesOf(it) && it.ShareEpoch == epoch && it.Sharers > 0 && it.Shrink > it.Sharers
-	if len(it.ShareHits) > 0 || it.Release != 0 || floor || relend > 0 || shrink {
+	if len(it.ShareHits) > 0 || it.Release != 0 || floor || relend > 0 || shrink || it.ReleasePrev && it.bucket() {
 		rec := r.Shares[replica]
 		if relend > 0 && rec.LentEpoch != epoch {
 			rec.Lent, rec.LentEpoch = relend, epoch
@@ -250,6 +275,9 @@ func (r *KeyRecord) chargeShares(replica string, it *SyncItem, ws []Window, now 
 		}
 		if it.Release != 0 {
 			rec.release(epoch, min(it.Release/int64(w.Period), epoch+1), it.ReleaseAhead)
+		}
+		if it.ReleasePrev && it.bucket() {
+			rec.releasePast(min(it.ShareEpoch, epoch) - 1)
 		}
 		r.Shares[replica] = rec
 	}

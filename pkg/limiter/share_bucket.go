@@ -18,10 +18,17 @@ import "math"
 //   - the shares of the current epoch not reported (h.all), and those of
 //     the next (h.next), as a sliding window does; a unit granted now
 //     may be spent just before the next epoch's sharers spend theirs;
-//   - the shares of the epoch before, by settling them: the first sync of
-//     an epoch charges the bucket with what the shares of the epoch
-//     before did not report (settle), as if spent as that epoch ended,
-//     and later pushes of their hits charge nothing more.
+//   - the shares of the epoch before not reported (h.prev, pend): a
+//     sharer's share less what it pushed, until it says it pushed all of
+//     that epoch's hits (SyncItem.ReleasePrev, with its first sync of an
+//     epoch: then it holds nothing more of the epoch before). A key that
+//     turns busy is published contended, and every sharer's release says
+//     so too, so the shares its quiet replicas never spent stop holding
+//     its bucket within a round;
+//   - through the epoch after that, what is still not reported: its
+//     first sync settles it (settle), charging the bucket with it as if
+//     spent as that epoch began, and later pushes of those hits charge
+//     nothing more.
 //
 // A bucket charged later than its units were spent counts at least as
 // few units left as one charged when they were: a GCRA's arrival time,
@@ -31,27 +38,108 @@ import "math"
 // So a sync may grant or probe, with ℓ(t) the units the bucket holds at
 // t and t₁ the next epoch's start,
 //
-//	min(ℓ(now) − (reserved + held), ℓ(t₁) − (reserved + held + held_next + m))
+//	min(ℓ(now) − (reserved + held + held_prev), ℓ(t₁) − (reserved + held + held_prev + held_next + m))
 //
 // where m = B − ⌊P/T⌋ (bucketMargin), what a period's refill falls short
 // of the capacity by (T: the emission interval, rounded up to the
-// store's µs). Why settling once is enough: an epoch x whose next epoch
-// saw no sync that settled it granted nothing in x+1 either. Its spends
-// in x+1 are the shares of x+1 and the reservations carried from x,
-// which the grants of x left room for beside m at x+1's start (the
-// second term, and bucketCarry); so the bucket, refilling ⌊P/T⌋ + m ≥ B
-// over x+1, is full at some instant of it, whatever x's shares spent,
-// and from that instant on the hits of x make no difference.
+// store's µs). Why settling once, an epoch late, is enough: an epoch
+// x+1 that saw no sync granted nothing; its spends are the shares of x+1
+// and the reservations carried from x, which the grants of x left room
+// for beside m at x+1's start (the second term, and bucketCarry), with
+// the unreported shares of x−1 counted; so the bucket, refilling
+// ⌊P/T⌋ + m ≥ B over x+1, is full at some instant of it, whatever the
+// shares of x and x−1 spent, and from that instant on their hits make no
+// difference. If x+1 saw syncs, they held x's unreported shares, and the
+// first sync of x+2 settles what is still unreported of them.
 
 // chargeBucket charges a token bucket with shares in the order its units
 // were spent in (an arrival time charged so ends lowest): the pushed hits
-// of earlier epochs, the shares of the epoch before settled at its end
-// (settle), then the hits of the current epoch.
-func (r *KeyRecord) chargeBucket(it *SyncItem, ws []Window, h *heldShares, now int64) {
-	edge := now / int64(ws[0].Period) * int64(ws[0].Period)
+// of the epochs before the last, the shares of the epoch two before
+// settled as the last began (settle), then the later hits; then it
+// records the share hits and releases (chargeShares) and holds the shares
+// of the epoch before that no replica has reported (pend).
+func (r *KeyRecord) chargeBucket(replica string, it *SyncItem, ws []Window, now int64) heldShares {
+	p := int64(ws[0].Period)
+	edge := (now/p - 1) * p
 	r.charge(it, ws, now, math.MinInt64, edge)
-	r.settle(ws[0], h, now)
+	r.settle(it, ws[0], now)
 	r.charge(it, ws, now, edge, math.MaxInt64)
+	h := r.chargeShares(replica, it, ws, now)
+	r.pend(it, ws[0], &h, now)
+	return h
+}
+
+// settle, at the first sync of epoch e, charges the bucket with what the
+// shares of e−2 hold that no record reports (bucketLeft), as spent as
+// e−1 began, if a sync held them through e−1 (pend). If none did,
+// nothing was granted in e−1: the bucket was full at some instant of it
+// (the argument above), and e−2's hits make no difference. Later pushes
+// of e−2's hits charge nothing (charge).
+func (r *KeyRecord) settle(it *SyncItem, w Window, now int64) {
+	p := int64(w.Period)
+	e := now / p
+	if r.Synced >= e || r.Settled >= e-2 {
+		return
+	}
+	if r.Synced == e-1 {
+		if left := r.bucketLeft(it, w, e-2, r.SyncedPrevN); left > 0 {
+			c := &r.Windows[0]
+			c.ChargeAt(w, TokenBucket, (e-1)*p, now, left)
+			c.TAT = min(c.TAT, MaxExact)
+		}
+	}
+	r.Settled = e - 2
+}
+
+// pend holds, in h.prev, what the shares of the epoch before now's hold
+// that no record reports (bucketLeft: each sharer that has not pushed
+// its hits of that epoch and said so, SyncItem.ReleasePrev, holds its
+// share less what it pushed), and notes the sync for settle.
+func (r *KeyRecord) pend(it *SyncItem, w Window, h *heldShares, now int64) {
+	e := now / int64(w.Period)
+	n := unknownSharers
+	switch it.ShareEpoch {
+	case e:
+		n = it.SharersPrev
+	case e - 1:
+		n = it.Sharers
+	}
+	h.prev = r.bucketLeft(it, w, e-1, n)
+	r.Synced, r.SyncedPrevN = e, n
+}
+
+// bucketLeft is what the shares of past epoch x, n sharers of it, hold
+// that no share record reports: a record that reported share hits of x,
+// released or shrank its share of x counts as its record says, a loan
+// of x as the loan; each other sharer holds a share. n unknownSharers:
+// ShareFraction of the limit.
+func (r *KeyRecord) bucketLeft(it *SyncItem, w Window, x int64, n int) uint64 {
+	frac := ShareFraction(it.Algorithm, it.Share)
+	if n == unknownSharers {
+		return splitShare(w.Limit, frac, 1)
+	}
+	size := ShareSize(w, frac, n)
+	var left uint64
+	active := 0
+	for _, rec := range r.Shares {
+		count, loan := rec.State.countIn(x), rec.lent(x)
+		if !loan && count == 0 && !rec.releasedIn(x) && !rec.shrunk(x) {
+			continue // with the unreported shares, if its replica is a sharer
+		}
+		lim := size
+		if loan {
+			lim = rec.Lent
+		} else {
+			active++
+			if rec.shrunk(x) && n > 0 {
+				lim = min(lim, ShareSize(w, frac, rec.ShrinkN))
+			}
+		}
+		if !rec.releasedIn(x) {
+			left = satAdd(left, satSub(lim, count))
+		}
+	}
+	return satAdd(left, satMul(uint64(max(abs(n)-active, 0)), size))
 }
 
 // countBucket counts hit h of a token bucket with shares in the epoch it
@@ -67,25 +155,6 @@ func (c *WindowState) countBucket(w Window, h Hit, now int64) {
 	c.Cur, c.Prev = min(c.Cur, MaxExact), min(c.Prev, MaxExact)
 }
 
-// settle charges a token bucket with the shares of the epoch before the
-// current one that were not reported (h.prev), once, at the epoch's first
-// sync that knows their sharers: as if their replicas spent them as that
-// epoch ended, no earlier than they did. From then on h.prev counts
-// nothing, and pushed share hits of that epoch charge nothing (charge).
-func (r *KeyRecord) settle(w Window, h *heldShares, now int64) {
-	e := now / int64(w.Period)
-	if r.Settled >= e-1 || h.prev >= maxExact {
-		h.prev = 0
-		return
-	}
-	if h.prev > 0 { // the TAT alone: nobody reported these units (countBucket)
-		c := &r.Windows[0]
-		c.ChargeAt(w, TokenBucket, e*int64(w.Period), now, h.prev)
-		c.TAT = min(c.TAT, MaxExact)
-	}
-	r.Settled, h.prev = e-1, 0
-}
-
 // settledAt reports a token bucket's share hit admitted at store instant
 // at whose epoch is settled (settle).
 func (r *KeyRecord) settledAt(w Window, at, now int64) bool {
@@ -99,11 +168,12 @@ func bucketMargin(w Window) uint64 {
 }
 
 // bucketRoom is what a token bucket of state c has room for beside
-// reserved units of reservations and the shares h holds: now, and at the
-// next epoch's start beside the next epoch's shares and the margin.
+// reserved units of reservations and the shares h holds (this epoch's
+// and the epoch before's not reported): now, and at the next epoch's
+// start beside the next epoch's shares and the margin.
 func bucketRoom(c WindowState, w Window, h heldShares, reserved uint64, now int64) uint64 {
 	p := int64(w.Period)
-	taken := satAdd(reserved, h.all)
+	taken := satAdd(reserved, satAdd(h.all, h.prev))
 	room := satSub(c.Remaining(w, TokenBucket, now), taken)
 	next := satSub(c.Remaining(w, TokenBucket, (now/p+1)*p), satAdd(taken, satAdd(h.next, bucketMargin(w))))
 	return min(room, next)

@@ -38,12 +38,9 @@ const unknownSharers = int(^uint(0) >> 1)
 // epoch: a record whose share hits the window no longer counts, and
 // whose release, loan and shrink are of an epoch over. A sliding
 // window's records of the epoch before still count (slidingShares), and
-// a token bucket's (settle).
+// a token bucket's of the two before (pend, settle).
 func (r *KeyRecord) dropShares(it *SyncItem, w Window, epoch, now int64) {
-	last := epoch
-	if aheadShares(it.Algorithm) {
-		last = epoch - 1
-	}
+	last := epoch - recordEpochs(it.Algorithm)
 	for id, rec := range r.Shares {
 		if recordFreshAt(rec.State, w, it.Algorithm) <= now && rec.Released < last && rec.LentEpoch < last && rec.ShrinkEpoch < last {
 			delete(r.Shares, id)

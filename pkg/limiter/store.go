@@ -159,6 +159,11 @@ type SyncItem struct {
 	// needs more than the current epoch's credit gives its share of the
 	// next up ahead, as the next epoch's shares count now (share_sliding.go).
 	ReleaseAhead bool
+	// ReleasePrev says that the replica, a sharer of the epoch before
+	// ShareEpoch, pushed every share hit of that epoch with this item or
+	// before it: of a token bucket, whose store holds that epoch's shares
+	// no replica has reported (share_bucket.go).
+	ReleasePrev bool
 	// Shrink, when more than Sharers, is a replica count m: the replica
 	// shrinks its static share of epoch ShareEpoch to ShareSize at m
 	// (replicas joined after the epoch's sharers and need a share of it:

@@ -1,6 +1,7 @@
 package limitertest
 
 import (
+	"fmt"
 	"testing"
 	"time"
 
@@ -18,16 +19,16 @@ func bucketShared(key string, w limiter.Window, want uint64, n, prev int, e int6
 
 // testBucketShares: a token bucket's shares of an epoch hold half its
 // rate per period between them, and the store counts beside them the
-// next epoch's, against what the bucket holds at that epoch's start. The
-// first sync of an epoch charges the bucket with the shares of the epoch
-// before that were not reported, once; their hits pushed later charge
-// nothing. A bucket whose capacity is not its rate per period has no
-// shares.
+// next epoch's, against what the bucket holds at that epoch's start, and
+// the epoch before's that were not reported, until their sharers say
+// they pushed them all (ReleasePrev); the first sync of the epoch after
+// charges the bucket with what is still unreported of them
+// (testBucketSettles). A bucket whose capacity is not its rate per
+// period has no shares.
 func testBucketShares(t *testing.T, st limiter.Store) {
 	w := limiter.Window{Limit: 100, Period: time.Hour} // T = 36 s, S = ⌊50/4⌋ = 12
 	e := epochOf(t, st, w)
 	p := int64(time.Hour / time.Microsecond)
-	T := p / 100
 	k := bucketShared("k", w, 1000, 4, 0, e)
 	k.Lease = 3 * time.Hour
 	r := sync1(t, st, "a", k)
@@ -46,23 +47,23 @@ func testBucketShares(t *testing.T, st limiter.Store) {
 	expect(t, "waiters get what fits at the next epoch's start", r.Credit, 4)
 	expect(t, "contended: the next epoch's shares hold the rest", r.Contended, true)
 
-	// The shares of the epoch before, reported by nobody: settled at
-	// the epoch's first sync, as if spent as that epoch ended.
-	set := bucketShared("settle", w, 0, 4, 4, e)
+	// The shares of the epoch before, reported by nobody: held through
+	// this epoch, until their sharers say they pushed all of that
+	// epoch's hits (ReleasePrev).
+	set := bucketShared("held", w, 0, 4, 4, e)
 	set.Waiting = 100
 	r = sync1(t, st, "a", set)
-	tat := e*p + 48*T
-	expect(t, "the bucket charged with the epoch before's 48", r.Windows[0].TAT, tat)
-	holds := func(at int64) uint64 { return uint64((at + 100*T - max(tat, at)) / T) }
-	expect(t, "credit beside the settled shares", r.Credit, min(sat(holds(r.Now), 48), sat(holds((e+1)*p), 96)))
-	set.Waiting = 0
-	set.ShareHits = []limiter.Hit{{At: e*p - 1, N: 5}} // a's hits of the settled epoch
-	r2 := sync1(t, st, "a", set)
-	expect(t, "settled once, and its hits pushed late charge nothing", r2.Windows[0].TAT, tat)
-	at := r2.Now
-	set.ShareHits = []limiter.Hit{{At: at, N: 5}}
-	r2 = sync1(t, st, "a", set)
-	expect(t, "this epoch's share hits charge the bucket, at the instant they were admitted", r2.Windows[0].TAT, max(tat, at)+5*T)
+	expect(t, "the bucket not charged with the epoch before's shares", r.Windows[0].TAT, 0)
+	// now: 100 − 48 − 48; at the next epoch's start, 48 more: none
+	expect(t, "credit beside this epoch's, the epoch before's and the next's shares", r.Credit, 0)
+	set.ReleasePrev = true
+	for _, id := range []string{"a", "b", "c", "d"} {
+		r = sync1(t, st, id, set)
+	}
+	expect(t, "every sharer said it pushed the epoch before's hits: 100 − 48 − 48", r.Credit, 4)
+	expect(t, "still not charged", r.Windows[0].TAT, 0)
+
+	testBucketSettles(t, st)
 
 	rel := bucketShared("rel", w, 0, 4, 0, e)
 	for _, id := range []string{"b", "c", "d"} {
@@ -87,6 +88,50 @@ func testBucketShares(t *testing.T, st limiter.Store) {
 	r = sync1(t, st, "a", b)
 	expect(t, "a bucket of another capacity holds no shares", r.Credit, 200)
 	expect(t, "nor settles any", r.Windows[0].TAT, 0)
+}
+
+// testBucketSettles: over three epochs of a second, a sync of the
+// second holds the first's shares that no sharer reported, and the first
+// sync of the third charges the bucket with them, as spent as the second
+// began, once; their hits pushed later charge nothing. A run whose syncs
+// the machine pushed past their epoch starts again.
+func testBucketSettles(t *testing.T, st limiter.Store) {
+	w := limiter.Window{Limit: 100, Period: time.Second} // T = 10 ms, S = 12
+	p := int64(time.Second / time.Microsecond)
+	T := p / 100
+	for attempt := 0; ; attempt++ {
+		if attempt == 5 {
+			t.Fatal("no run kept its syncs within their epochs")
+		}
+		e := epochOf(t, st, w)
+		key := fmt.Sprint("settle ", attempt)
+		it := bucketShared(key, w, 0, 4, 0, e) // no sharers of e−1: nothing of it to hold
+		r := sync1(t, st, "c", it)
+		hits := r.Now
+		it.ShareHits = []limiter.Hit{{At: hits, N: 5}} // c's hits of e
+		r = sync1(t, st, "c", it)
+		if r.Windows[0].Epoch != e {
+			continue
+		}
+		sleepPast(r.Now, (e+1)*p)
+		r = sync1(t, st, "a", bucketShared(key, w, 0, 4, 4, e+1)) // holds e's shares
+		if r.Windows[0].Epoch != e+1 {
+			continue
+		}
+		sleepPast(r.Now, (e+2)*p)
+		r = sync1(t, st, "a", bucketShared(key, w, 0, 4, 4, e+2))
+		if r.Windows[0].Epoch != e+2 {
+			continue
+		}
+		// e's shares: 48 less c's 5, charged as e+1 began; c's 5 as admitted
+		tat := max(hits+5*T, (e+1)*p) + 43*T
+		expect(t, "e's unreported shares charged as e+1 began", r.Windows[0].TAT, tat)
+		late := bucketShared(key, w, 0, 4, 4, e+2)
+		late.ShareHits = []limiter.Hit{{At: (e+1)*p - 1, N: 7}} // d's of e, pushed late
+		r = sync1(t, st, "d", late)
+		expect(t, "e settled once; its hits pushed late charge nothing", r.Windows[0].TAT, tat)
+		return
+	}
 }
 
 func sat(a, b uint64) uint64 {

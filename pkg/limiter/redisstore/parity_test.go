@@ -94,8 +94,8 @@ func TestParity(t *testing.T) {
 	if (sum.declared == 0 || sum.declares == 0) && !failed.Load() {
 		t.Error("no item named a declared shrink, or none was declared: Shrunk and Declare went untested")
 	}
-	t.Logf("items of a sliding window with shares: %d; of a token bucket: %d; releasing ahead: %d", sum.slidingShares, sum.bucketShares, sum.ahead)
-	if (sum.slidingShares == 0 || sum.bucketShares == 0 || sum.ahead == 0) && !failed.Load() {
+	t.Logf("items of a sliding window with shares: %d; of a token bucket: %d; releasing ahead: %d; the epoch before: %d", sum.slidingShares, sum.bucketShares, sum.ahead, sum.releasePrev)
+	if (sum.slidingShares == 0 || sum.bucketShares == 0 || sum.ahead == 0 || sum.releasePrev == 0) && !failed.Load() {
 		t.Error("no item of a sliding window or a token bucket had shares, or none released ahead: they went untested")
 	}
 	if sum.ruleRefs == 0 && !failed.Load() {
@@ -456,6 +456,7 @@ type tally struct {
 	declares                                                              int64 // shrinks recorded in the registry (Store.Declare)
 	slidingShares                                                         int64 // items of a sliding window with shares
 	bucketShares                                                          int64 // items of a token bucket with shares
+	releasePrev                                                           int64 // items saying the epoch before's hits are all pushed
 	ahead                                                                 int64 // items releasing the next epoch's share ahead
 	founded                                                               int64 // items of founding epochs (Sharers < 0)
 	borrowed, lent, relent                                                int64 // items asking a loan, replies lending, items saying a loan held
@@ -476,6 +477,7 @@ func (t *tally) add(o tally) {
 	t.declares += o.declares
 	t.slidingShares += o.slidingShares
 	t.bucketShares += o.bucketShares
+	t.releasePrev += o.releasePrev
 	t.ahead += o.ahead
 	t.founded += o.founded
 	t.shared += o.shared
@@ -665,6 +667,10 @@ func (p *parity) shares(it *limiter.SyncItem, r limiter.Rule, key string) {
 	if it.Release != 0 && p.rng.IntN(3) == 0 { // a share of the next epoch alone given up
 		it.ReleaseAhead = true
 		p.tally.ahead++
+	}
+	if p.rng.IntN(3) == 0 { // the epoch before's hits all pushed: a token bucket's held no more
+		it.ReleasePrev = true
+		p.tally.releasePrev++
 	}
 	switch p.rng.IntN(6) {
 	case 0, 1: // a loan asked for

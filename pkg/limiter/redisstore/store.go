@@ -161,7 +161,7 @@ const batchKeys = 32
 // sized from them at once: with 16 for both, the slice grew once or
 // twice in most calls, some 5 KB a round of ten keys.
 const (
-	keyArgs  = 19
+	keyArgs  = 20
 	ruleArgs = 15
 )
 
@@ -266,7 +266,7 @@ func (ra *rateArgs) appendKeyArgs(it *limiter.SyncItem) {
 	} else {
 		args = append(args, stateArg(it.ShareFloor))
 	}
-	args = append(args, clampU(it.Lent), bit(it.Borrow), max(it.Shrink, 0), clampU(it.Probe), bit(it.ReleaseAhead))
+	args = append(args, clampU(it.Lent), bit(it.Borrow), max(it.Shrink, 0), clampU(it.Probe), bit(it.ReleaseAhead), bit(it.ReleasePrev))
 	ra.args = args
 }
 

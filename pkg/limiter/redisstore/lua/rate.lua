@@ -9,7 +9,8 @@
 --            p      a sliding window's KeyRecord.Pressed, µs
 --            g      the record's generation (KeyRecord.Gen), µs
 --            b      KeyRecord.Base, in the form of w (absent: zero)
---            q      a token bucket's KeyRecord.Settled (absent: zero)
+--            q      a token bucket's KeyRecord.Settled, Synced and
+--                   SyncedPrevN, "settled synced n" (absent: zero)
 --            r:<id> replica id's reservation, "units expires(µs)"
 --            s:<id> replica id's static share record (ShareRecord),
 --                   "epoch cur prev tat released": the share hits it
@@ -40,7 +41,8 @@
 --          floor in the same form ("": none); the loan held (SyncItem.Lent,
 --          0: none), borrow (1 or 0), shrink (SyncItem.Shrink, 0: none),
 --          the probe (SyncItem.Probe, 0: none), the release ahead
---          (SyncItem.ReleaseAhead, 1 or 0).
+--          (SyncItem.ReleaseAhead, 1 or 0), the release of the epoch
+--          before (SyncItem.ReleasePrev, 1 or 0).
 -- Reply    per key: now, credit, others' reservations, others' shares
 --          held (Others is their sum, saturated in Go), pressed (1 or 0),
 --          expires(µs), contended (1, 2 to shrink, or 0), the record's
@@ -95,6 +97,18 @@ end
 -- released_in is ShareRecord.releasedIn: r's share of epoch e given up.
 local function released_in(r, e)
   return r.from <= e and e <= r.rel
+end
+
+-- ShareRecord.releasePast: the end of past epoch x, said by its replica
+-- (SyncItem.ReleasePrev); a run that begins after x+1 is left alone.
+local function release_past(r, x)
+  if released_in(r, x) then return end
+  if r.rel < x then
+    if r.rel < x - 1 then r.from = x end
+    r.rel = x
+  elseif r.from == x + 1 then
+    r.from = x
+  end
 end
 
 -- KeyRecord.lend: a share of epoch se on loan to this replica, which
@@ -162,15 +176,59 @@ local function sliding_shares(shares, w, epoch, np, nn, share)
   return prev, min(max(math.abs(nn) - released, 0) * share_size(w, share, nn), MAXEXACT)
 end
 
--- KeyRecord.settle: a token bucket is charged, at the first sync of an
--- epoch, with what the shares of the epoch before did not report (hprev,
--- MAXEXACT: not known, and nothing is settled), once, as spent as that
--- epoch ended.
-local function settle(rec, w, hprev)
-  local e = w.e - 1
-  if rec.settled >= e or hprev >= MAXEXACT then return end
-  if hprev > 0 then charge_at(rec.st[1], w, w.e * w.p, hprev) end
-  rec.settled = e
+-- KeyRecord.bucketLeft: what the shares of past epoch x (n sharers;
+-- UNKNOWN: share of the limit) hold that no share record reports, share
+-- the share fraction.
+local function bucket_left(shares, w, x, n, share)
+  if n == UNKNOWN then return idiv(floor(share * w.limit), 1) end
+  local size = share_size(w, share, n)
+  local left, active = 0, 0
+  for _, r in pairs(shares) do
+    local count = count_in(r.s, x)
+    local loan = r.lent > 0 and r.le == x
+    local shrunk = r.kn > 0 and r.ke == x
+    if loan or count > 0 or released_in(r, x) or shrunk then
+      local lim = size
+      if loan then
+        lim = r.lent
+      else
+        active = active + 1
+        if shrunk and n > 0 then lim = min(lim, share_size(w, share, r.kn)) end
+      end
+      if not released_in(r, x) then left = satadd(left, satsub(lim, count)) end
+    end
+  end
+  return satadd(left, min(max(math.abs(n) - active, 0) * size, MAXEXACT))
+end
+
+-- KeyRecord.settle: at the first sync of epoch e, the shares of e−2 a
+-- sync held through e−1 (KeyRecord.pend) are charged as spent as e−1
+-- began, what no record reports of them; none held: nothing to charge.
+-- syncedn is stored as MAXEXACT for UNKNOWN.
+local function settle(rec, w, share)
+  local e = w.e
+  if rec.synced >= e or rec.settled >= e - 2 then return end
+  if rec.synced == e - 1 then
+    local shares, n = rec.shares, rec.syncedn
+    if shares == NOSHARES then shares = {} end
+    if n == MAXEXACT then n = UNKNOWN end
+    local left = bucket_left(shares, w, e - 2, n, share)
+    if left > 0 then charge_at(rec.st[1], w, (e - 1) * w.p, left) end
+  end
+  rec.settled = e - 2
+end
+
+-- KeyRecord.pend: what the shares of the epoch before hold that no record
+-- reports, held through this one; the sync noted for settle.
+local function pend(rec, w, se, ns, share)
+  local e = w.e
+  local n = UNKNOWN
+  if se == e then n = ns[3] elseif se == e - 1 then n = ns[1] end
+  local shares = rec.shares
+  if shares == NOSHARES then shares = {} end
+  rec.synced, rec.syncedn = e, n
+  if n == UNKNOWN then rec.syncedn = MAXEXACT end
+  return bucket_left(shares, w, e - 1, n, share)
 end
 
 -- WindowState.Remaining of a token bucket at instant t (t ≥ now).
@@ -199,7 +257,7 @@ end
 -- the rest are zero), and whether sharers may shrink their shares to a
 -- share at the nrep live (heldShares.shrinkable), shrink being this
 -- replica's (SyncItem.Shrink).
-local function charge_shares(rec, ws, se, n, nn, np, gone, share, h, nsh, release, ahead, sfloor, lent, nrep, shrink)
+local function charge_shares(rec, ws, se, n, nn, np, gone, share, h, nsh, release, ahead, sfloor, lent, nrep, shrink, rprev)
   local has = se > 0 and #ws == 1 and (alg ~= BUCKET or ws[1].cap == ws[1].limit)
   if not has and nsh == 0 and release == 0 then return 0, 0, 0, 0, false, false, false, 0, 0 end
   share = share_fraction(share)
@@ -212,7 +270,8 @@ local function charge_shares(rec, ws, se, n, nn, np, gone, share, h, nsh, releas
   if has and se == epoch and n ~= 0 then relend = min(lent, share_size(w, share, n)) end
   -- a shrink of the epoch the replica names, by a sharer of it
   local shrinks = has and se == epoch and n > 0 and shrink > n
-  if nsh > 0 or release ~= 0 or sf or relend > 0 or shrinks then
+  local past = rprev == 1 and has and alg == BUCKET
+  if nsh > 0 or release ~= 0 or sf or relend > 0 or shrinks or past then
     local r = own_share(rec)
     if relend > 0 and r.le ~= epoch then
       r.lent, r.le, r.dirty = relend, epoch, true
@@ -236,11 +295,11 @@ local function charge_shares(rec, ws, se, n, nn, np, gone, share, h, nsh, releas
       if r.rel < first - 1 then r.from = first end
       r.rel = max(r.rel, last)
     end
-    if nsh > 0 or release ~= 0 then r.dirty = true end
+    if past then release_past(r, min(se, epoch) - 1) end
+    if nsh > 0 or release ~= 0 or past then r.dirty = true end
   end
   local shares = rec.shares
-  local last = epoch -- dropShares
-  if alg ~= FIXED then last = epoch - 1 end
+  local last = epoch - record_epochs() -- dropShares
   for f, r in pairs(shares) do
     if fresh_at(r.s, w, true) <= now and r.rel < last and r.le < last and r.ke < last then
       shares[f] = nil
@@ -448,8 +507,8 @@ local function sync(key, a)
   local floors = a + 2
   local sfloor = window_state(args[floors + nf])
   local lent, borrow, shrink = num(floors + nf + 1), num(floors + nf + 2), num(floors + nf + 3)
-  local probe, ahead = num(floors + nf + 4), num(floors + nf + 5)
-  a = floors + nf + 6
+  local probe, ahead, rprev = num(floors + nf + 4), num(floors + nf + 5), num(floors + nf + 6)
+  a = floors + nf + 7
 
   local rec = load(key, nw)
   local st = rec.st
@@ -460,20 +519,22 @@ local function sync(key, a)
   -- raised to its share floor first.
   lift(rec, ws, floors, nf, fgen)
   -- a token bucket with shares is charged in the order its units were
-  -- spent in (KeyRecord.chargeBucket): the hits of earlier epochs, the
-  -- shares of the epoch before settled at its end, the hits of this one
+  -- spent in (KeyRecord.chargeBucket): the hits of the epochs before the
+  -- last, the shares of the epoch two before settled as the last began,
+  -- the later hits; then its share records, and the shares of the epoch
+  -- before held
   local bucket = alg == BUCKET and se > 0 and nw == 1 and ws[1].cap == ws[1].limit
-  local settled = alg == BUCKET and rec.settled or 0
-  local edge = bucket and ws[1].e * ws[1].p
+  local edge = bucket and (ws[1].e - 1) * ws[1].p
   charge(st, ws, hits, nh, 0, false, edge, bucket)
-  charge(st, ws, shits, nsh, settled, false, edge, bucket)
-  local held, ownheld, released, returns, carry, has, shrinkable, hprev, hnext =
-    charge_shares(rec, ws, se, sharers, ns[2], ns[3], gone, share, shits, nsh, release, ahead, sfloor, lent, nrep, shrink)
+  charge(st, ws, shits, nsh, alg == BUCKET and rec.settled or 0, false, edge, bucket)
   if bucket then
-    settle(rec, ws[1], hprev)
+    settle(rec, ws[1], share_fraction(share))
     charge(st, ws, hits, nh, 0, edge, false, true)
-    charge(st, ws, shits, nsh, settled, edge, false, true)
+    charge(st, ws, shits, nsh, rec.settled, edge, false, true)
   end
+  local held, ownheld, released, returns, carry, has, shrinkable, hprev, hnext =
+    charge_shares(rec, ws, se, sharers, ns[2], ns[3], gone, share, shits, nsh, release, ahead, sfloor, lent, nrep, shrink, rprev)
+  if bucket then hprev = pend(rec, ws[1], se, ns, share_fraction(share)) end
 
   -- A sliding window is pressed for its shortest period from a report of
   -- requests waiting or denied.
@@ -495,9 +556,9 @@ local function sync(key, a)
     local s = st[1]
     local r = satsub(remaining({epoch = s.epoch, cur = s.cur, prev = satadd(s.prev, hprev), tat = s.tat}, ws[1]), reserved)
     avail = min(avail, r, satsub(ws[1].limit, satadd(s.cur, satadd(reserved, hnext))))
-  elseif has and alg == BUCKET then -- bucketRoom: at the next epoch's start too
-    avail = min(avail, satsub(bucket_remaining(st[1], ws[1], (ws[1].e + 1) * ws[1].p),
-      satadd(reserved, satadd(hnext, bucket_margin(ws[1])))))
+  elseif has and alg == BUCKET then -- bucketRoom: beside the epoch before's shares, and at the next epoch's start
+    avail = min(satsub(avail, hprev), satsub(bucket_remaining(st[1], ws[1], (ws[1].e + 1) * ws[1].p),
+      satadd(satadd(reserved, hprev), satadd(hnext, bucket_margin(ws[1])))))
   end
 
   -- 4-6. keep, probe, lend, split, last mile.

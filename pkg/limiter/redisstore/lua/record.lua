@@ -187,12 +187,19 @@ local function charge_at(s, w, at, n, share)
   end
 end
 
--- WindowState.FreshAt; share: of a share record (recordFreshAt: a token
--- bucket's counts in the next epoch, as a sliding window's).
+-- recordEpochs: how many epochs after its own a share record counts.
+local function record_epochs()
+  if alg == SLIDING then return 1 elseif alg == BUCKET then return 2 end
+  return 0
+end
+
+-- WindowState.FreshAt; share: of a share record (recordFreshAt).
 local function fresh_at(s, w, share)
-  if alg == BUCKET and not share then
+  if share then
+    return (s.epoch + 1 + record_epochs()) * w.p
+  elseif alg == BUCKET then
     return s.tat
-  elseif alg ~= FIXED then
+  elseif alg == SLIDING then
     return (s.epoch + 2) * w.p
   end
   return (s.epoch + 1) * w.p
@@ -246,7 +253,7 @@ end
 local function new_rec()
   return {own = 0, owned = false, others = 0, last = 0, pressed = 0, shares = NOSHARES, nshares = 0,
     w = false, x = false, st = false, dels = false, gen = 0, g = false, b = false, base = false, bdirty = false,
-    settled = 0, q = false}
+    settled = 0, synced = 0, syncedn = 0, q = false}
 end
 
 -- parse_states reads nw window states in the form of the w field; zero
@@ -305,7 +312,8 @@ local function load(key, nw)
       rec.b = flat[i + 1]
     elseif f == 'q' then
       rec.q = flat[i + 1]
-      rec.settled = tonumber(rec.q) or 0
+      local st, sy, sn = match(rec.q, '^(%-?%d+) (%-?%d+) (%-?%d+)$')
+      rec.settled, rec.synced, rec.syncedn = tonumber(st) or 0, tonumber(sy) or 0, tonumber(sn) or 0
     else
       local kind = sub(f, 1, 2)
       if kind == 'r:' then
@@ -371,12 +379,13 @@ local function save(key, rec, ws, credit, expires, oheld, contended, lent, probe
     out[4 * i + 7], out[4 * i + 8], out[4 * i + 9], out[4 * i + 10] = s.epoch, s.cur, s.prev, s.tat
   end
   if nw == 1 then
-    -- a sliding window's records of an epoch count in the next, and a
-    -- token bucket's
-    local after = alg == FIXED and 1 or 2
+    -- a sliding window's records of an epoch count in the next, a token
+    -- bucket's in the two after; its next epoch's first sync settles
+    local after = 1 + record_epochs()
     for _, r in pairs(rec.shares) do
       x = max(x, fresh_at(r.s, ws[1], true), (max(r.rel, r.le, r.ke) + after) * ws[1].p)
     end
+    if alg == BUCKET and rec.synced > 0 then x = max(x, (rec.synced + 2) * ws[1].p) end
   end
   -- Past 2^53 the state is not one the maths produce; never let it wrap
   -- into a past expiry.
@@ -411,8 +420,8 @@ local function save(key, rec, ws, credit, expires, oheld, contended, lent, probe
   if rec.pressed > now then -- a lapsed value left in place reads the same
     fields[n + 1], fields[n + 2], n = 'p', fmt(rec.pressed), n + 2
   end
-  if rec.settled > 0 then
-    local q = fmt(rec.settled)
+  if rec.settled > 0 or rec.synced > 0 then
+    local q = format('%d %d %d', rec.settled, rec.synced, rec.syncedn)
     if q ~= rec.q then
       fields[n + 1], fields[n + 2], n = 'q', q, n + 2
     end
