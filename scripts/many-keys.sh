@@ -21,10 +21,10 @@
 # The replicas are restarted and Redis flushed before each replica count.
 # A replica holds a static share of a key's window only from the first
 # window that begins a lease (3 s) after it joined; until then the keys
-# are shared by credit alone (a sliding window's from the window after
-# that). Each run starts once the replicas hold their shares (up to a
-# minute for workload A, two for a sliding window); WARM=0 measures from
-# a cold start instead.
+# are shared by credit alone (a sliding window's or a token bucket's from
+# the window after that). Each run starts once the replicas hold their
+# shares (up to a minute for workload A, two for a sliding window or a
+# token bucket); WARM=0 measures from a cold start instead.
 # SETTLED=1 runs an unmeasured pass of workload A over the same keys
 # before each measured one, so the replicas hold every key already: a
 # service that has run a while, not the first pass over its keys, whose
@@ -37,7 +37,7 @@
 #   ONLY=A REPLICAS=4 scripts/many-keys.sh    # workload A on 4 replicas alone
 #   SETTLED=1 ONLY=A scripts/many-keys.sh     # workload A on replicas that hold the keys
 #   ALG=sliding_window ONLY=A scripts/many-keys.sh # workload A of a sliding window (shares from its second window)
-#   ALG=token_bucket ONLY=A scripts/many-keys.sh   # workload A of a token bucket (no static shares in the service)
+#   ALG=token_bucket ONLY=A scripts/many-keys.sh   # workload A of a token bucket (shares from its second window)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 name=many-keys
@@ -120,10 +120,10 @@ start_replicas() { # count: starts that many on a flushed Redis
     wait_port "${ports[$((3 + 2 * i))]}" "${reps[$i]}"
   done
 }
-warm_up() { # period in seconds: wait for the first window that begins 4 s from now or later (a sliding window's: the one after)
+warm_up() { # period in seconds: wait for the first window that begins 4 s from now or later (a sliding window's or a token bucket's: the one after)
   [ "${WARM:-1}" = 0 ] && return 0
   local later=0
-  [ "$ALG" = sliding_window ] && later=1
+  [ "$ALG" != fixed_window ] && later=1
   python3 -c "
 import math, time
 p = $1; now = time.time()
@@ -358,6 +358,6 @@ fi
 
 case "$ALG" in
   sliding_window) echo "Workload A's rule: $ALG (static shares from the second window that begins a lease after the replicas joined)." ;;
-  token_bucket) echo "Workload A's rule: $ALG (no static shares: limiter.WithBucketShares is off in the service)." ;;
+  token_bucket) echo "Workload A's rule: $ALG of a capacity of its rate per minute (static shares from the second window that begins a lease after the replicas joined)." ;;
 esac
 python3 "$work/mk.py" tables "$work/rows" "$D" "$KEYS" "$C" "$ZKEYS" "$ZIPF"

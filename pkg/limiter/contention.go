@@ -339,7 +339,8 @@ func (e *engine) bareItem(key string, x *contention, epoch, through, p int64, n 
 		// One that holds no share of epoch gives the next one's up ahead.
 		ahead := through > epoch && e.sharers(e.shareBase(x.rule.Algorithm, epoch*p, p), p, now) == 0
 		*items = append(*items, SyncItem{Key: key, Algorithm: x.rule.Algorithm, Windows: x.rule.Windows,
-			Replicas: n, Lease: lease, Release: max(snow, x.released*p), ReleaseAhead: ahead})
+			Replicas: n, Lease: lease, Release: max(snow, x.released*p), ReleaseAhead: ahead,
+			ReleasePrev: e.pushedPrev(x.rule.Algorithm, e.members.Load(), snow, p, now)})
 	case x.shrink > 0 && n > x.shrunk:
 		mv := e.members.Load()
 		k := mv.sharers(epoch*p, p)

@@ -129,6 +129,18 @@ func (mv *memberView) shrunk(start, period int64) []ShrunkSharer {
 	return mv.m.Shrunk(start, period, lease)
 }
 
+// pushedPrev reports, for a sync made at store instant snow of a key of
+// algorithm a and period p, whether this replica says it pushed every
+// share hit of the epoch before (SyncItem.ReleasePrev): of a token
+// bucket, whose store holds that epoch's unreported shares, if it was a
+// sharer of it and is past its end by the clock's uncertainty, so that
+// it admits no more from that share. Its hits of that epoch go with the
+// item (takeShare), or went before; a key it does not hold has none.
+func (e *engine) pushedPrev(a Algorithm, mv *memberView, snow, p, now int64) bool {
+	slack := e.clockErr.Load()/1000 + 1 // as spendShare reckons it
+	return a == TokenBucket && (snow-slack)/p == snow/p && e.sharersIn(mv, mv.shareBase(a, (snow/p-1)*p, p), p, now) != 0
+}
+
 // shareFields fills in the static share fields of key cs's item it, made
 // at store instant snow: the share hits and a release (takeShare), the
 // share epoch and its sharers, and a loan held or asked for. cs.mu must
@@ -153,6 +165,7 @@ func (e *engine) shareFields(cs *creditState, it *SyncItem, snow, now int64) {
 		it.Shrunk = mv.shrunk(base, p)
 	} else { // a sliding window's or a token bucket's shares are not shrunk; the epoch before's count
 		it.SharersPrev = mv.sharers(mv.shareBase(cs.rule.Algorithm, start-p, p), p)
+		it.ReleasePrev = e.pushedPrev(cs.rule.Algorithm, mv, snow, p, now) // with takeShare's hits
 	}
 	e.loanFields(cs, it, mv, snow, now)
 	if it.Borrow {

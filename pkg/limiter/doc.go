@@ -148,18 +148,18 @@
 // published contended, so a key at its limit is shared by credit alone
 // and a quiet one keeps its shares (share_sliding.go). While a replica
 // of a version that does not count them may be live (Member.Ahead),
-// a sliding window has none. With WithBucketShares, a token bucket whose
-// capacity is its rate per period has shares of an epoch of that period
-// as a sliding window does, half of the rate between them; the store
-// counts beside them the next epoch's shares against what the bucket
-// will hold when it begins, and charges the bucket, at the first sync of
-// an epoch, with what the shares of the epoch before did not report, as
-// if spent as that epoch ended (share_bucket.go). A crash loses none of
-// a share's hits; a bucket's credit carried into an epoch lapses in its
-// middle, and a key in use renews it before then. That settling denies
-// part of a burst early in an epoch after the key idled, so the option is
-// off by default. Without it token buckets, and rules of several windows
-// always, are shared by credit alone.
+// a sliding window has none. A token bucket whose capacity is its rate
+// per period has shares of an epoch of that period as a sliding window
+// does, half of the rate between them; the store counts beside them the
+// next epoch's shares against what the bucket will hold when it begins,
+// and the shares of the epoch before that no replica reported as spent
+// as this epoch began, until their replicas say they pushed all of that
+// epoch's hits (SyncItem.ReleasePrev); what is still unreported the
+// epoch after is charged to the bucket (share_bucket.go). A crash loses
+// none of a share's hits; a bucket's credit carried into an epoch lapses
+// in its middle, and a key in use renews it before then. A bucket of
+// another capacity, and rules of several windows, are shared by credit
+// alone.
 //
 // A store that loses its state (Redis restarted without persistence, or
 // failed over to a copy that missed writes) gets the counts back from the

@@ -92,8 +92,6 @@ type engine struct {
 	store    Store
 	replica  string
 	replicas atomic.Int64 // N: live replicas last seen
-	// bucketShares: token buckets hold static shares (WithBucketShares).
-	bucketShares bool
 	// replicasSince is the local ns from which a heartbeat has said N,
 	// 0 before the first.
 	replicasSince atomic.Int64
@@ -147,7 +145,7 @@ type engine struct {
 // newEngine builds the credit engine of l's settings.
 func newEngine(l *Limiter) *engine {
 	e := &engine{keys: l.keys, conc: &l.conc, clk: &l.clk, log: l.log, stats: &l.stats,
-		store: l.setup.store, replica: l.setup.replica, metrics: l.setup.metrics, bucketShares: l.setup.bucketShares,
+		store: l.setup.store, replica: l.setup.replica, metrics: l.setup.metrics,
 		kickCh: make(chan struct{}, 1), contended: make(map[string]*contention)}
 	e.replicas.Store(1)
 	return e
@@ -225,17 +223,6 @@ func WithStore(store Store, replica string) Option {
 	return func(l *Limiter) { l.setup.store, l.setup.replica = store, replica }
 }
 
-// WithBucketShares gives a shared token bucket whose capacity is its rate
-// per period static shares (share_bucket.go): a key far below its rate is
-// decided locally with no round. Off by default: the store settles the
-// shares of an epoch no replica reported as spent at the epoch's end, so
-// a key that idled and bursts early in the next epoch finds its bucket
-// short by the shares its replicas held (a burst of the whole bucket 5 s
-// into a minute admitted 58–60 of 100 on 1 to 4 replicas, where credit
-// alone admits all 100). Without it a token bucket is shared by credit
-// alone, one round a request for a key that is seldom used.
-func WithBucketShares() Option { return func(l *Limiter) { l.setup.bucketShares = true } }
-
 // creditFor returns key's credit state, creating it on first use. It
 // takes no lock on the hot path once the key exists.
 func (e *engine) creditFor(key []byte, rule *Rule, now int64) *creditState {
@@ -270,7 +257,7 @@ func (e *engine) creditFor(key []byte, rule *Rule, now int64) *creditState {
 // (credit_probe.go).
 func (e *engine) newCredit(key string, rule *Rule, now int64) *creditState {
 	var cs *creditState
-	if shareable(rule) && (rule.Algorithm != TokenBucket || e.bucketShares) {
+	if shareable(rule) {
 		e.noteSharePeriod(rule)
 		x := new(sharedCredit) // one object for the garbage collector, not two
 		cs = &x.creditState

@@ -81,10 +81,9 @@ type Limiter struct {
 	// full asks Run to sweep now: the table refused a key (WithMaxKeys).
 	full  chan struct{}
 	setup struct { // the engine's options, until New builds it
-		store        Store
-		replica      string
-		metrics      syncMetrics
-		bucketShares bool
+		store   Store
+		replica string
+		metrics syncMetrics
 	}
 }
 

@@ -118,6 +118,16 @@ func (rec *ShareRecord) releasePast(x int64) {
 	}
 }
 
+// prevEpoch is the epoch a ReleasePrev of it, synced in epoch, speaks
+// of: the one before its share epoch, or before the store's epoch for an
+// item of none (a release of a key its replica does not hold, bareItem).
+func (it *SyncItem) prevEpoch(epoch int64) int64 {
+	if it.ShareEpoch > 0 {
+		return min(it.ShareEpoch, epoch) - 1
+	}
+	return epoch - 1
+}
+
 // lent reports a record that holds a loan of epoch e.
 func (rec ShareRecord) lent(e int64) bool { return rec.Lent > 0 && rec.LentEpoch == e }
 
@@ -253,7 +263,7 @@ func (r *KeyRecord) chargeShares(replica string, it *SyncItem, ws []Window, now 
 	}
 	// A shrink of the epoch the replica names, by a sharer of it.
 	shrink := sharesOf(it) && it.ShareEpoch == epoch && it.Sharers > 0 && it.Shrink > it.Sharers
-	if len(it.ShareHits) > 0 || it.Release != 0 || floor || relend > 0 || shrink || it.ReleasePrev && it.bucket() {
+	if len(it.ShareHits) > 0 || it.Release != 0 || floor || relend > 0 || shrink || it.ReleasePrev && it.Algorithm == TokenBucket {
 		rec := r.Shares[replica]
 		if relend > 0 && rec.LentEpoch != epoch {
 			rec.Lent, rec.LentEpoch = relend, epoch
@@ -276,8 +286,8 @@ func (r *KeyRecord) chargeShares(replica string, it *SyncItem, ws []Window, now 
 		if it.Release != 0 {
 			rec.release(epoch, min(it.Release/int64(w.Period), epoch+1), it.ReleaseAhead)
 		}
-		if it.ReleasePrev && it.bucket() {
-			rec.releasePast(min(it.ShareEpoch, epoch) - 1)
+		if it.ReleasePrev && it.Algorithm == TokenBucket {
+			rec.releasePast(it.prevEpoch(epoch))
 		}
 		r.Shares[replica] = rec
 	}

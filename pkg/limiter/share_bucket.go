@@ -18,9 +18,10 @@ import "math"
 //   - the shares of the current epoch not reported (h.all), and those of
 //     the next (h.next), as a sliding window does; a unit granted now
 //     may be spent just before the next epoch's sharers spend theirs;
-//   - the shares of the epoch before not reported (h.prev, pend): a
+//   - the shares of the epoch before not reported (h.prev, pend), counted
+//     as spent as this epoch began (no earlier than they were): a
 //     sharer's share less what it pushed, until it says it pushed all of
-//     that epoch's hits (SyncItem.ReleasePrev, with its first sync of an
+//     that epoch's hits (SyncItem.ReleasePrev, with every sync of an
 //     epoch: then it holds nothing more of the epoch before). A key that
 //     turns busy is published contended, and every sharer's release says
 //     so too, so the shares its quiet replicas never spent stop holding
@@ -38,9 +39,10 @@ import "math"
 // So a sync may grant or probe, with ℓ(t) the units the bucket holds at
 // t and t₁ the next epoch's start,
 //
-//	min(ℓ(now) − (reserved + held + held_prev), ℓ(t₁) − (reserved + held + held_prev + held_next + m))
+//	min(ℓ′(now) − (reserved + held), ℓ′(t₁) − (reserved + held + held_next + m))
 //
-// where m = B − ⌊P/T⌋ (bucketMargin), what a period's refill falls short
+// where ℓ′ is the bucket charged with held_prev as this epoch began, and
+// m = B − ⌊P/T⌋ (bucketMargin) what a period's refill falls short
 // of the capacity by (T: the emission interval, rounded up to the
 // store's µs). Why settling once, an epoch late, is enough: an epoch
 // x+1 that saw no sync granted nothing; its spends are the shares of x+1
@@ -168,12 +170,16 @@ func bucketMargin(w Window) uint64 {
 }
 
 // bucketRoom is what a token bucket of state c has room for beside
-// reserved units of reservations and the shares h holds (this epoch's
-// and the epoch before's not reported): now, and at the next epoch's
-// start beside the next epoch's shares and the margin.
+// reserved units of reservations and this epoch's shares h holds, with
+// the epoch before's shares not reported (h.prev) counted as spent as
+// this epoch began: now, and at the next epoch's start beside the next
+// epoch's shares and the margin.
 func bucketRoom(c WindowState, w Window, h heldShares, reserved uint64, now int64) uint64 {
 	p := int64(w.Period)
-	taken := satAdd(reserved, satAdd(h.all, h.prev))
+	if h.prev > 0 {
+		c.ChargeAt(w, TokenBucket, now/p*p, now, h.prev)
+	}
+	taken := satAdd(reserved, h.all)
 	room := satSub(c.Remaining(w, TokenBucket, now), taken)
 	next := satSub(c.Remaining(w, TokenBucket, (now/p+1)*p), satAdd(taken, satAdd(h.next, bucketMargin(w))))
 	return min(room, next)

@@ -83,14 +83,13 @@ type keyRun struct {
 	admits map[uint64][]int64
 }
 
-// add starts a replica and returns its index. Its token buckets hold
-// static shares (limiter.WithBucketShares).
+// add starts a replica and returns its index.
 func (r *keyRun) add() int {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	i := len(r.lims)
 	name := fmt.Sprint("replica-", i)
-	l := limiter.New(limiter.WithStore(r.faulty, name), limiter.WithBucketShares())
+	l := limiter.New(limiter.WithStore(r.faulty, name))
 	ctx, cancel := context.WithCancel(r.ctx)
 	r.lims, r.names, r.cancels = append(r.lims, l), append(r.names, name), append(r.cancels, cancel)
 	r.engines.Go(func() { l.Run(ctx) })

@@ -14,11 +14,10 @@ import (
 )
 
 // startReplica runs a replica until the test ends or stop is called,
-// which waits for its Run (and its final push and leave) to return. Its
-// token buckets hold static shares (limiter.WithBucketShares).
+// which waits for its Run (and its final push and leave) to return.
 func startReplica(t *testing.T, store limiter.Store, name string) (*limiter.Limiter, func()) {
 	ctx, cancel := context.WithCancel(context.Background())
-	l := limiter.New(limiter.WithStore(store, name), limiter.WithBucketShares())
+	l := limiter.New(limiter.WithStore(store, name))
 	done := make(chan struct{})
 	go func() { l.Run(ctx); close(done) }()
 	stop := sync.OnceFunc(func() { cancel(); <-done })

@@ -218,14 +218,8 @@ func TestSimRefundElsewhere(t *testing.T) {
 }
 
 // runReplicas starts a Limiter on store for each name, run until t's
-// cleanup, which stops them and waits for them to end. Their token
-// buckets hold static shares (limiter.WithBucketShares).
+// cleanup, which stops them and waits for them to end.
 func runReplicas(t *testing.T, store limiter.Store, names ...string) []*limiter.Limiter {
-	return runLimiters(t, store, []limiter.Option{limiter.WithBucketShares()}, names...)
-}
-
-// runLimiters is runReplicas with opts beside the store.
-func runLimiters(t *testing.T, store limiter.Store, opts []limiter.Option, names ...string) []*limiter.Limiter {
 	ctx, cancel := context.WithCancel(context.Background())
 	var wg sync.WaitGroup
 	t.Cleanup(func() {
@@ -234,7 +228,7 @@ func runLimiters(t *testing.T, store limiter.Store, opts []limiter.Option, names
 	})
 	ls := make([]*limiter.Limiter, len(names))
 	for i, name := range names {
-		l := limiter.New(append([]limiter.Option{limiter.WithStore(store, name)}, opts...)...)
+		l := limiter.New(limiter.WithStore(store, name))
 		ls[i] = l
 		wg.Go(func() { l.Run(ctx) })
 	}

@@ -160,9 +160,10 @@ type SyncItem struct {
 	// next up ahead, as the next epoch's shares count now (share_sliding.go).
 	ReleaseAhead bool
 	// ReleasePrev says that the replica, a sharer of the epoch before
-	// ShareEpoch, pushed every share hit of that epoch with this item or
-	// before it: of a token bucket, whose store holds that epoch's shares
-	// no replica has reported (share_bucket.go).
+	// ShareEpoch (of the store's, for an item of no share epoch), pushed
+	// every share hit of that epoch with this item or before it: of a
+	// token bucket, whose store holds that epoch's shares no replica has
+	// reported (share_bucket.go).
 	ReleasePrev bool
 	// Shrink, when more than Sharers, is a replica count m: the replica
 	// shrinks its static share of epoch ShareEpoch to ShareSize at m

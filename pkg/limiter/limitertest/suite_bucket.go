@@ -54,12 +54,18 @@ func testBucketShares(t *testing.T, st limiter.Store) {
 	set.Waiting = 100
 	r = sync1(t, st, "a", set)
 	expect(t, "the bucket not charged with the epoch before's shares", r.Windows[0].TAT, 0)
-	// now: 100 − 48 − 48; at the next epoch's start, 48 more: none
-	expect(t, "credit beside this epoch's, the epoch before's and the next's shares", r.Credit, 0)
-	set.ReleasePrev = true
-	for _, id := range []string{"a", "b", "c", "d"} {
-		r = sync1(t, st, id, set)
+	// Counted as spent as the epoch began, refilling since.
+	T := p / 100
+	tat := e*p + 48*T
+	holds := func(at int64) uint64 { return uint64((at + 100*T - max(tat, at)) / T) }
+	expect(t, "credit beside this epoch's, the epoch before's and the next's shares", r.Credit,
+		min(sat(holds(r.Now), 48), sat(holds((e+1)*p), 96)))
+	set.ReleasePrev, set.Waiting = true, 0
+	for _, id := range []string{"b", "c", "d"} {
+		sync1(t, st, id, set)
 	}
+	set.Waiting = 100
+	r = sync1(t, st, "a", set)
 	expect(t, "every sharer said it pushed the epoch before's hits: 100 − 48 − 48", r.Credit, 4)
 	expect(t, "still not charged", r.Windows[0].TAT, 0)
 

@@ -80,8 +80,7 @@ type rtReplica struct {
 
 // rtGroup is a set of replicas of one service on one redis-server that
 // can grow and lose replicas while traffic runs. Each replica has its own
-// client and Run loop; the group stops them all when the test ends. Its
-// token buckets hold static shares (limiter.WithBucketShares).
+// client and Run loop; the group stops them all when the test ends.
 type rtGroup struct {
 	t       *testing.T
 	addr    string
@@ -125,7 +124,7 @@ func (g *rtGroup) add() *rtReplica {
 	}
 	faulty := limitertest.NewFaultyStore(store)
 	ctx, cancel := context.WithCancel(context.Background())
-	r := &rtReplica{name: name, lim: limiter.New(limiter.WithStore(faulty, name), limiter.WithBucketShares()),
+	r := &rtReplica{name: name, lim: limiter.New(limiter.WithStore(faulty, name)),
 		faulty: faulty, client: client, cancel: cancel, done: make(chan struct{})}
 	go func() {
 		defer close(r.done)

@@ -270,7 +270,7 @@ local function charge_shares(rec, ws, se, n, nn, np, gone, share, h, nsh, releas
   if has and se == epoch and n ~= 0 then relend = min(lent, share_size(w, share, n)) end
   -- a shrink of the epoch the replica names, by a sharer of it
   local shrinks = has and se == epoch and n > 0 and shrink > n
-  local past = rprev == 1 and has and alg == BUCKET
+  local past = rprev == 1 and alg == BUCKET
   if nsh > 0 or release ~= 0 or sf or relend > 0 or shrinks or past then
     local r = own_share(rec)
     if relend > 0 and r.le ~= epoch then
@@ -295,7 +295,9 @@ local function charge_shares(rec, ws, se, n, nn, np, gone, share, h, nsh, releas
       if r.rel < first - 1 then r.from = first end
       r.rel = max(r.rel, last)
     end
-    if past then release_past(r, min(se, epoch) - 1) end
+    if past then -- SyncItem.prevEpoch
+      if se > 0 then release_past(r, min(se, epoch) - 1) else release_past(r, epoch - 1) end
+    end
     if nsh > 0 or release ~= 0 or past then r.dirty = true end
   end
   local shares = rec.shares
@@ -556,9 +558,12 @@ local function sync(key, a)
     local s = st[1]
     local r = satsub(remaining({epoch = s.epoch, cur = s.cur, prev = satadd(s.prev, hprev), tat = s.tat}, ws[1]), reserved)
     avail = min(avail, r, satsub(ws[1].limit, satadd(s.cur, satadd(reserved, hnext))))
-  elseif has and alg == BUCKET then -- bucketRoom: beside the epoch before's shares, and at the next epoch's start
-    avail = min(satsub(avail, hprev), satsub(bucket_remaining(st[1], ws[1], (ws[1].e + 1) * ws[1].p),
-      satadd(satadd(reserved, hprev), satadd(hnext, bucket_margin(ws[1])))))
+  elseif has and alg == BUCKET then -- bucketRoom: the epoch before's shares charged as this one began
+    local w, s = ws[1], st[1]
+    local c = {epoch = s.epoch, cur = s.cur, prev = s.prev, tat = s.tat}
+    if hprev > 0 then charge_at(c, w, w.e * w.p, hprev) end
+    avail = min(avail, satsub(remaining(c, w), reserved),
+      satsub(bucket_remaining(c, w, (w.e + 1) * w.p), satadd(reserved, satadd(hnext, bucket_margin(w)))))
   end
 
   -- 4-6. keep, probe, lend, split, last mile.
