@@ -178,6 +178,7 @@ func bucketRoom(c WindowState, w Window, h heldShares, reserved uint64, now int6
 	p := int64(w.Period)
 	if h.prev > 0 {
 		c.ChargeAt(w, TokenBucket, now/p*p, now, h.prev)
+		c.TAT = min(c.TAT, MaxExact) // as the store's doubles hold it
 	}
 	taken := satAdd(reserved, h.all)
 	room := satSub(c.Remaining(w, TokenBucket, now), taken)
