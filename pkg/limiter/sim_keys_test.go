@@ -494,6 +494,7 @@ func (r *keyRun) checkLate(t *testing.T, bound int) {
 // load of one key: every window stays within the limit (a sliding
 // window's count, at every admit; no admit finds a token bucket empty).
 func TestSimScaleOut(t *testing.T) {
+	largeSim(t) // six rules of 200 s: under -race, near the race runtime's limits
 	for _, rule := range []*limiter.Rule{perMinute(100), perSecond(50), slidingRule(100, time.Minute), slidingRule(50, time.Second),
 		bucketRule(100, time.Minute), bucketRule(50, time.Second)} {
 		p := rule.Windows[0].Period
@@ -520,6 +521,7 @@ func TestSimScaleOut(t *testing.T) {
 // count never goes over the limit. Nor does a token bucket's: the store
 // settles the crashed replica's share whole in the next minute.
 func TestSimRestart(t *testing.T) {
+	largeSim(t)
 	for _, rule := range []*limiter.Rule{perMinute(100), slidingRule(100, time.Minute), bucketRule(100, time.Minute)} {
 		r := keySim{rule: rule, replicas: 4, keys: 1, rate: 5 * 100 / 60.0, duration: 300 * time.Second, measureFrom: 300 * time.Second,
 			during: func(r *keyRun) {
