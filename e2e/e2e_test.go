@@ -9,7 +9,6 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -26,6 +25,7 @@ import (
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
 	"github.com/ratelimit-svc/ratelimit-svc/internal/redistest"
+	"github.com/ratelimit-svc/ratelimit-svc/internal/testnet"
 )
 
 // binary builds ratelimit-svc once per test run.
@@ -39,22 +39,6 @@ func binary(t *testing.T) string {
 	return out
 }
 
-// freeAddrs picks n distinct free loopback addresses: every listener is
-// held until all are picked, so the kernel cannot hand out one port twice.
-func freeAddrs(t *testing.T, n int) []string {
-	t.Helper()
-	addrs := make([]string, n)
-	for i := range addrs {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer l.Close()
-		addrs[i] = l.Addr().String()
-	}
-	return addrs
-}
-
 // proc is one running replica.
 type proc struct {
 	cmd        *exec.Cmd
@@ -65,7 +49,7 @@ type proc struct {
 
 func startReplica(t *testing.T, bin, config, redisURL, id string) *proc {
 	t.Helper()
-	addrs := freeAddrs(t, 2)
+	addrs := testnet.FreeAddrs(t, 2)
 	p := &proc{grpc: addrs[0], http: addrs[1], exited: make(chan error, 1), logs: new(strings.Builder)}
 	p.cmd = exec.Command(bin, "--config", config, "--grpc-addr", p.grpc, "--http-addr", p.http,
 		"--log-format", "text", "--shutdown-timeout", "5s")

@@ -28,28 +28,13 @@ import (
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
 	"github.com/ratelimit-svc/ratelimit-svc/internal/redistest"
+	"github.com/ratelimit-svc/ratelimit-svc/internal/testnet"
 	"github.com/ratelimit-svc/ratelimit-svc/pkg/envoyapi/envoytest"
 )
 
 func freeAddr(t *testing.T) string {
 	t.Helper()
-	return freeAddrs(t, 1)[0]
-}
-
-// freeAddrs picks n distinct free loopback addresses: every listener is
-// held until all are picked, so the kernel cannot hand out one port twice.
-func freeAddrs(t *testing.T, n int) []string {
-	t.Helper()
-	addrs := make([]string, n)
-	for i := range addrs {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer l.Close()
-		addrs[i] = l.Addr().String()
-	}
-	return addrs
+	return testnet.FreeAddrs(t, 1)[0]
 }
 
 type service struct {
@@ -83,7 +68,7 @@ func startEnv(t *testing.T, configPath string, env map[string]string, extra ...s
 func launch(t *testing.T, argv func(s *service) ([]string, map[string]string)) *service {
 	t.Helper()
 	for attempt := 1; ; attempt++ {
-		addrs := freeAddrs(t, 3)
+		addrs := testnet.FreeAddrs(t, 3)
 		s := &service{grpcAddr: addrs[0], httpAddr: addrs[1], debugAddr: addrs[2],
 			done: make(chan error, 1), logs: &syncWriter{b: new(bytes.Buffer)}}
 		args, env := argv(s)

@@ -20,6 +20,7 @@ import (
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
 	"github.com/ratelimit-svc/ratelimit-svc/internal/redistest"
+	"github.com/ratelimit-svc/ratelimit-svc/internal/testnet"
 )
 
 // buildAs builds this command into dir/name.
@@ -199,7 +200,7 @@ func freePort(t *testing.T) string {
 func freePorts(t *testing.T, n int) []string {
 	t.Helper()
 	ports := make([]string, n)
-	for i, addr := range freeAddrs(t, n) {
+	for i, addr := range testnet.FreeAddrs(t, n) {
 		_, ports[i], _ = net.SplitHostPort(addr)
 	}
 	return ports
