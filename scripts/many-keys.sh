@@ -297,8 +297,8 @@ def tables(rows_file, duration, keys, c, zkeys, zipf):
         if lim["surely_denied_under"] and by:
             print()
             print(f"Answers surely denied under the limit, by latency (a decision made without waiting takes under 5 ms; "
-                  f"one that waited out StoreTimeout + 90 ms takes 100 ms or more): {by[0]} under 5 ms, {by[1]} from 5 to 100 ms, "
-                  f"{by[2]} at 100 ms or more.")
+                  f"one that waited out StoreTimeout + 180 ms takes 190 ms or more): {by[0]} under 5 ms, {by[1]} from 5 to 190 ms, "
+                  f"{by[2]} at 190 ms or more.")
         if lim.get("surely_over_key"):
             print()
             print(f'Surely over: the first, {lim["surely_over_key"]} admitted {lim["surely_over_admitted"]} '

@@ -53,7 +53,7 @@ type limitReport struct {
 	KeysSurelyDeniedUnder       int    `json:"keys_surely_denied_under"`
 	KeyWindowsSurelyDeniedUnder uint64 `json:"key_windows_surely_denied_under"`
 	SurelyDeniedUnder           uint64 `json:"surely_denied_under"`
-	// Those answers by latency: under 5 ms, 5–100 ms, 100 ms or more
+	// Those answers by latency: under 5 ms, 5–190 ms, 190 ms or more
 	// (deniedLatencyBounds).
 	SurelyDeniedUnderByLatency [len(deniedLatencyBounds) + 1]uint64 `json:"surely_denied_under_by_latency"`
 	// The first key-window surely over the limit (the earliest window,

@@ -33,10 +33,10 @@ func TestLimitPerSecond(t *testing.T) {
 	// Key 1: 3 admitted in second 100 over both workers: over the limit.
 	addN(w0, 100, 1, admitted, 2)
 	addN(w1, 100, 1, admitted, 1)
-	// Key 2: sent 2, one denied after 120 ms (a waiter): denied under
+	// Key 2: sent 2, one denied after 200 ms (a waiter): denied under
 	// the limit.
 	w0.add(100, 100, 0, 2, admitted)
-	w1.add(100, 100, 120*time.Millisecond, 2, denied)
+	w1.add(100, 100, 200*time.Millisecond, 2, denied)
 	// Key 3: sent 3, 2 admitted and 1 denied: right.
 	addN(w0, 100, 3, admitted, 2)
 	w0.add(100, 100, 0, 3, denied)

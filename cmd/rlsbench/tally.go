@@ -42,10 +42,10 @@ type keyCount struct {
 }
 
 // deniedLatencyBounds cut the sure denials by their latency: under 5 ms a
-// replica decided without waiting on its store; from 100 ms on a request
-// waited past its StoreTimeout (10 ms) and the 90 ms more a replica waits
+// replica decided without waiting on its store; from 190 ms on a request
+// waited past its StoreTimeout (10 ms) and the 180 ms more a replica waits
 // for a late round or for other replicas' releases.
-var deniedLatencyBounds = [...]time.Duration{5 * time.Millisecond, 100 * time.Millisecond}
+var deniedLatencyBounds = [...]time.Duration{5 * time.Millisecond, 190 * time.Millisecond}
 
 // latencyBucket is the index in keyCount.sureDeniedBy of latency d.
 func latencyBucket(d time.Duration) int {

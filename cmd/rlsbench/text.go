@@ -123,7 +123,7 @@ func writeLimit(w io.Writer, r *report) {
 	fmt.Fprintf(w, "  surely denied under limit\t%d\tkeys, in %d key-windows, %d OVER_LIMIT answers (windows that saw at most %d even counting late answers)\n",
 		l.KeysSurelyDeniedUnder, l.KeyWindowsSurelyDeniedUnder, l.SurelyDeniedUnder, l.Limit)
 	if by := l.SurelyDeniedUnderByLatency; l.SurelyDeniedUnder > 0 {
-		fmt.Fprintf(w, "    by latency: %d under 5 ms, %d from 5 to 100 ms, %d at 100 ms or more\n", by[0], by[1], by[2])
+		fmt.Fprintf(w, "    by latency: %d under 5 ms, %d from 5 to 190 ms, %d at 190 ms or more\n", by[0], by[1], by[2])
 	}
 	if l.MaxKeyIndex >= 0 {
 		fmt.Fprintf(w, "  max admitted for one key in one window: %d (%s, window from unix %d)\n", l.MaxAdmitted, l.MaxKey, l.MaxWindowUnix)

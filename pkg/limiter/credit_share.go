@@ -311,13 +311,13 @@ func (e *engine) initShare(sh *shareState, key string) {
 
 // awaitFounders waits, for a request on a key of a founding epoch whose
 // founders this replica does not know yet (spendShare said when it
-// will, at), until they are, at most StoreTimeout + coldRoundWait, and
+// will, at), until they are, at most StoreTimeout + contentionWait, and
 // reports whether the share then admitted it. The founders are known
 // within foundingSpan and a startup heartbeat of the first join: the
 // wait spares the request a round whose credit the founders' half
 // leaves short.
 func (e *engine) awaitFounders(cs *creditState, n, at, now int64, rule *Rule) bool {
-	deadline := now + int64(rule.Tuning.storeTimeout()+coldRoundWait)
+	deadline := now + int64(rule.Tuning.storeTimeout()+contentionWait)
 	for at > 0 && at <= deadline && cs.share.has(flagFounding) {
 		time.Sleep(time.Duration(at - now))
 		now = e.now()

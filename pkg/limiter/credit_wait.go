@@ -11,8 +11,7 @@ import (
 
 // wait registers a request that found no credit, asks for a sync and waits
 // the rule's StoreTimeout, or longer while the store answers (the loop
-// says how long, never past StoreTimeout + contentionWait, 90 ms, or for
-// a key's first request StoreTimeout + coldRoundWait, 180 ms). Past
+// says how long, never past StoreTimeout + contentionWait, 180 ms). Past
 // that the request is an overrun: it is admitted from the credit the hot
 // path holds back (a quarter of the last grant), which the reservation
 // covers; failing that, while the store is usually fast, on the last
@@ -32,12 +31,6 @@ func (e *engine) wait(cs *creditState, rule *Rule, n int64, now int64) Result {
 	t := time.NewTimer(timeout)
 	defer t.Stop()
 	start, last := now, now+int64(timeout+contentionWait)
-	if cold {
-		// A key's first request has nothing to fall back on: no view, no
-		// credit. On a store usually fast (roundDue) it waits out a late
-		// round for longer rather than be denied under its limit.
-		last = now + int64(timeout+coldRoundWait)
-	}
 	for {
 		select {
 		case ok := <-w.done:

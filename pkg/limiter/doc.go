@@ -27,9 +27,7 @@
 // the store is healthy the replicas together never admit more than the
 // limit. A request that finds no credit waits for a round at most the
 // rule's StoreTimeout; while the store answers, on for its round, within
-// StoreTimeout + 90 ms (a key's first request on the replica, which has
-// no view or credit to fall back on, StoreTimeout + 180 ms) on a store
-// usually fast (its fastest recent round
+// StoreTimeout + 180 ms on a store usually fast (its fastest recent round
 // trips well within StoreTimeout: a late round is a busy moment), else
 // for two of its usual round trips within StoreTimeout + 50 ms (its round
 // may have waited for the one in flight); past it, it is admitted from
@@ -111,7 +109,7 @@
 // its founders, hold half of it between them, ⌊L/2⌋/m each (registry.go),
 // so a key's first request is decided locally even then; the other half
 // is credit's. A founder's request in the moment before it knows the
-// founders waits for them, at most StoreTimeout + coldRoundWait. When
+// founders waits for them, at most StoreTimeout + contentionWait. When
 // requests on one replica wait for budget other replicas hold as shares,
 // the store publishes the key with the instant it found it contended;
 // the others release their share of that instant's epoch (not of a later

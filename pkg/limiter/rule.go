@@ -87,11 +87,10 @@ type Tuning struct {
 	// SyncInterval is how often a busy key syncs; zero means 100 ms.
 	SyncInterval time.Duration
 	// StoreTimeout bounds how long a request waits on the store; while
-	// the store answers, a request waits on up to 90 ms more for its
-	// round if the store is usually fast (180 ms for a key's first
-	// request on the replica, which has nothing else to be decided on;
-	// else for two of its usual round trips if that ends within 50 ms
-	// more), and for units other replicas are releasing. Zero means 10 ms.
+	// the store answers, a request waits on up to 180 ms more for its
+	// round if the store is usually fast (else for two of its usual
+	// round trips if that ends within 50 ms more), and for units other
+	// replicas are releasing. Zero means 10 ms.
 	StoreTimeout time.Duration
 	// CacheTTL is how long the store may stay unreachable before the rule
 	// degrades to OnStoreUnavailable; zero means 1 s.
