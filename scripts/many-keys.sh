@@ -38,6 +38,7 @@
 #   SETTLED=1 ONLY=A scripts/many-keys.sh     # workload A on replicas that hold the keys
 #   ALG=sliding_window ONLY=A scripts/many-keys.sh # workload A of a sliding window (shares from its second window)
 #   ALG=token_bucket ONLY=A scripts/many-keys.sh   # workload A of a token bucket (shares from its second window)
+#   ALG=token_bucket BURST=50 ONLY=A scripts/many-keys.sh # of a burst of 50: shares of epochs of 30 s, the time 50 take to refill
 set -euo pipefail
 cd "$(dirname "$0")/.."
 name=many-keys
@@ -66,11 +67,19 @@ case "$ALG" in fixed_window | sliding_window | token_bucket) ;; *)
   exit 2
   ;;
 esac
+BURST=${BURST:-} # workload A's token bucket burst; empty: its rate
+burst_yaml=
+APERIOD=60 # workload A's epoch of static shares, s
+if [ -n "$BURST" ]; then
+  [ "$ALG" = token_bucket ] || { echo "many-keys: BURST applies to ALG=token_bucket" >&2; exit 2; }
+  burst_yaml=", burst: $BURST"
+  APERIOD=$(python3 -c "print($BURST * 0.6)") # the time the burst takes to refill at 100 a minute
+fi
 cat >"$work/policy.yaml" <<EOF
 domain: mk
 descriptors:
   - key: user
-    rate_limit: {unit: minute, requests_per_unit: 100, algorithm: $ALG}
+    rate_limit: {unit: minute, requests_per_unit: 100, algorithm: $ALG$burst_yaml}
   - key: zipf
     rate_limit: {unit: second, requests_per_unit: 10}
 EOF
@@ -335,7 +344,7 @@ for R in ${REPLICAS:-1 2 4}; do
     python3 "$work/mk.py" row "F$R" "$work/f$R.json" >>"$work/rows"
   fi
   start_replicas "$R"
-  warm_up 60
+  warm_up "$APERIOD"
   if [ "${SETTLED:-0}" = 1 ]; then # an unmeasured pass: every key held by then
     bench "$work/pre$R.json" -addr "$(addrs "$R")" -descriptor 'user={k}' -keys "$KEYS" -limit 100 -per minute
   fi
@@ -358,6 +367,6 @@ fi
 
 case "$ALG" in
   sliding_window) echo "Workload A's rule: $ALG (static shares from the second window that begins a lease after the replicas joined)." ;;
-  token_bucket) echo "Workload A's rule: $ALG of a capacity of its rate per minute (static shares from the second window that begins a lease after the replicas joined)." ;;
+  token_bucket) echo "Workload A's rule: $ALG of a capacity of ${BURST:-its rate per minute} (static shares of epochs of ${APERIOD} s from the second that begins a lease after the replicas joined)." ;;
 esac
 python3 "$work/mk.py" tables "$work/rows" "$D" "$KEYS" "$C" "$ZKEYS" "$ZIPF"

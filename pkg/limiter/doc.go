@@ -156,8 +156,11 @@
 // epoch after is charged to the bucket (share_bucket.go). A crash loses
 // none of a share's hits; a bucket's credit carried into an epoch lapses
 // in its middle, and a key in use renews it before then. A bucket of
-// another capacity, and rules of several windows, are shared by credit
-// alone.
+// another capacity is the bucket of its capacity refilled whole every
+// capacity·T, T its refill interval (the same arrival-time arithmetic):
+// the engine runs it as that one, whose epochs of capacity·T hold its
+// shares, if they last from a second to a day (bucket_epoch.go). Rules
+// of several windows are shared by credit alone.
 //
 // A store that loses its state (Redis restarted without persistence, or
 // failed over to a copy that missed writes) gets the counts back from the

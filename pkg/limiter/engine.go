@@ -132,8 +132,12 @@ type engine struct {
 	work      contWork               // the walk of contended; guarded by contMu
 	// windows holds each rule's windows in the store's unit (storeWindows),
 	// shared by the rule's keys; cleared when it holds maxRuleWindows.
-	windows    sync.Map // *Rule → []Window
-	windowsN   atomic.Int64
+	windows  sync.Map // *Rule → []Window
+	windowsN atomic.Int64
+	// rules holds the rule the engine runs each token bucket of a burst
+	// as (sharedRule); cleared when it holds maxRuleWindows.
+	rules      sync.Map // *Rule → *Rule
+	rulesN     atomic.Int64
 	contCursor string // where the contention feed is read from (one reader: runUpkeep or followFeed)
 	metrics    syncMetrics
 	started    atomic.Int64 // local ns the sync loop started

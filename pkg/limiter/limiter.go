@@ -238,9 +238,14 @@ func (l *Limiter) decideOne(res *Result, r *Request, now int64, dry bool) {
 		return
 	}
 	if eng := l.eng; eng != nil && !r.Rule.Tuning.localOnly() {
-		eng.creditDecide(res, eng.creditFor(r.Key, r.Rule, now), r, hits, now, dry)
+		var buf Request
+		sr := eng.sharedRequest(r, &buf)
+		eng.creditDecide(res, eng.creditFor(sr.Key, sr.Rule, now), sr, hits, now, dry)
 		if !dry && !res.Allowed && r.Op == Charge && r.Rule.AlwaysCharge {
-			eng.chargeDebt(r, hits, now)
+			eng.chargeDebt(sr, hits, now)
+		}
+		if sr != r {
+			userResult(res, r.Rule)
 		}
 		return
 	}
@@ -338,7 +343,7 @@ func (l *Limiter) rollback(reqs []Request, out []Result, now int64) {
 		}
 		hits := max(r.Hits, 1)
 		if eng := l.eng; eng != nil && !r.Rule.Tuning.localOnly() {
-			eng.refund(eng.creditFor(r.Key, r.Rule, now), int64(hits), now) // pushed meanwhile: a negative hit
+			eng.refund(eng.creditFor(r.Key, eng.sharedRule(r.Rule), now), int64(hits), now) // pushed meanwhile: a negative hit
 			continue
 		}
 		e := l.keys.lock(r.Key, r.Rule, false)

@@ -63,11 +63,13 @@ type Member struct {
 	// (Store.Declare); zero: none.
 	Shrink Declaration
 	// Ahead marks a replica of a version that holds and counts the
-	// static shares of a sliding window and of a token bucket, which the
-	// store counts beside the next epoch's (share_sliding.go,
-	// share_bucket.go). One of an earlier version grants, through its own
-	// scripts, credit out of budget such shares hold: while one may be
-	// live, none is held (AheadReady).
+	// static shares of a sliding window and of a token bucket of any
+	// burst, which the store counts beside the next epoch's
+	// (share_sliding.go, share_bucket.go, bucket_epoch.go). One of an
+	// earlier version grants, through its own scripts, credit out of
+	// budget such shares hold (one that knew a token bucket's shares only
+	// of a burst equal to its rate reckons any other in its own window,
+	// counting none): while one may be live, none is held (AheadReady).
 	Ahead bool
 }
 

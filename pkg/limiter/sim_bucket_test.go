@@ -67,6 +67,16 @@ func (r *keyRun) bucketExcess(found func(k uint64, at time.Duration, units uint6
 // at most is allowed). Its unreported share hits are not lost: the store
 // settles the crashed replica's share whole in the epoch after.
 func TestSimBucketChurn(t *testing.T) {
+	simBucketChurn(t, bucketRule(50, 10*time.Second))
+}
+
+// TestSimBurstBucketChurn is TestSimBucketChurn of a token bucket of 50
+// per 10 s with a burst of 20 (run as 20 every 4 s, bucket_epoch.go).
+func TestSimBurstBucketChurn(t *testing.T) {
+	simBucketChurn(t, burstRule(50, 10*time.Second, 20))
+}
+
+func simBucketChurn(t *testing.T, rule *limiter.Rule) {
 	largeSim(t)
 	t.Parallel()
 	for _, crashes := range []bool{false, true} {
@@ -74,7 +84,7 @@ func TestSimBucketChurn(t *testing.T) {
 			t.Run(fmt.Sprintf("crashes %v, seed %d", crashes, seed), func(t *testing.T) {
 				t.Parallel()
 				crashed := 0
-				r := keySim{rule: bucketRule(50, 10*time.Second), replicas: 4, keys: 1000, zipf: 1.1, rate: 2000,
+				r := keySim{rule: rule, replicas: 4, keys: 1000, zipf: 1.1, rate: 2000,
 					duration: 90 * time.Second, measureFrom: 90 * time.Second,
 					during: func(r *keyRun) { crashed = churn(r, seed, crashes) }}.run(t)
 				over, most := r.bucketExcess(func(uint64, time.Duration, uint64) {})

@@ -88,13 +88,39 @@ func TestRealtimeSkewedManyKeysBucket(t *testing.T) {
 	rtSkewedManyKeys(t, rule)
 }
 
-// rtSharesFrom is when a run of rule from start holds static shares: a
-// window later for a sliding window or a token bucket, whose sharers of
+// rtSharesFrom is when a run of rule from start holds static shares: an
+// epoch later for a sliding window or a token bucket, whose sharers of
 // an epoch are those of the one before.
 func rtSharesFrom(rule *limiter.Rule, start time.Time) time.Time {
 	if rule.Algorithm == limiter.FixedWindow {
 		return start
 	}
-	p := rule.Windows[0].Period
+	p := rtEpoch(rule)
 	return start.Truncate(p).Add(p)
+}
+
+// rtEpoch is the epoch of rule's static shares: its window's period, or
+// for a token bucket whose burst differs from its rate, the time it
+// takes to refill its burst, its refill interval in whole µs
+// (bucket_epoch.go).
+func rtEpoch(rule *limiter.Rule) time.Duration {
+	w := rule.Windows[0]
+	if rule.Algorithm != limiter.TokenBucket || w.Burst == 0 || w.Burst == w.Limit {
+		return w.Period
+	}
+	us := int64(w.Period / time.Microsecond)
+	return time.Duration(int64(w.Burst)*((us+int64(w.Limit)-1)/int64(w.Limit))) * time.Microsecond
+}
+
+// TestRealtimeManyKeysFarBelowBurstBucket is TestRealtimeManyKeysFarBelowBucket
+// of a token bucket of 100 per rtPeriod with a burst of 50, run as 50
+// every half rtPeriod: every decision from its shares is local, and no
+// admit empties a bucket of the rule's own rate and burst.
+func TestRealtimeManyKeysFarBelowBurstBucket(t *testing.T) {
+	rtSkipShort(t)
+	t.Parallel()
+	rule := rtPer(100, rtPeriod)
+	rule.Algorithm = limiter.TokenBucket
+	rule.Windows[0].Burst = 50
+	rtManyKeysOn(t, rule, "realtime-burst-")
 }

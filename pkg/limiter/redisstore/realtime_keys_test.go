@@ -90,9 +90,10 @@ func TestRealtimeManyKeysFarBelowSliding(t *testing.T) {
 func rtManyKeys(t *testing.T, g *rtGroup, admin *redis.Client, rule *limiter.Rule, keys [][]byte) {
 	const seconds = 5
 	w := rule.Windows[0]
-	start := rtShareWindow(t, g, w.Period, (seconds+1)*time.Second)
+	ep := rtEpoch(rule)
+	start := rtShareWindow(t, g, ep, (seconds+1)*time.Second)
 	if rule.Algorithm != limiter.FixedWindow {
-		start = rtSharesFrom(rule, start) // its shares begin a window later
+		start = rtSharesFrom(rule, start) // its shares begin an epoch later
 		t.Logf("a %v's shares begin a window later: the run begins at the next window, in %v", rule.Algorithm, time.Until(start).Round(time.Millisecond))
 	}
 	end := start.Add(seconds * time.Second)
@@ -113,7 +114,7 @@ func rtManyKeys(t *testing.T, g *rtGroup, admin *redis.Client, rule *limiter.Rul
 		if !c.ok {
 			denied++
 		}
-		if c.start%int64(w.Period) < int64(time.Second) && c.ok {
+		if c.start%int64(ep) < int64(time.Second) && c.ok {
 			firstSecond[c.mode.String()]++
 			continue
 		}

@@ -62,7 +62,7 @@ func TestRegistryForgets(t *testing.T) {
 				if err := client.ZAdd(ctx, st.RegistryKey(), redis.Z{Score: float64(p.expires), Member: p.id}).Err(); err != nil {
 					t.Fatal(err)
 				}
-				if err := client.HSet(ctx, st.JoinedKey(), "j:"+p.id, p.joined, "v:"+p.id, "1").Err(); err != nil {
+				if err := client.HSet(ctx, st.JoinedKey(), "j:"+p.id, p.joined, "v:"+p.id, "2").Err(); err != nil {
 					t.Fatal(err)
 				}
 			}
@@ -111,8 +111,9 @@ func summary(m limiter.Membership) string {
 
 // TestRegistryOldVersion: a replica of a version that does not count a
 // sliding window's static shares heartbeats through a script that sets
-// no v: field; the registry lists it without Member.Ahead, and one of
-// this version with it, kept by its earlier incarnation.
+// no v: field, and one that counts a token bucket's only when its burst
+// is its rate sets "1"; the registry lists both without Member.Ahead, and
+// one of this version with it, kept by its earlier incarnation.
 func TestRegistryOldVersion(t *testing.T) {
 	client := redistest.Start(t).Client(t)
 	ctx := context.Background()
@@ -123,6 +124,12 @@ func TestRegistryOldVersion(t *testing.T) {
 		t.Fatal(err)
 	}
 	if err := client.HSet(ctx, st.JoinedKey(), "j:old", now).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if err := client.ZAdd(ctx, st.RegistryKey(), redis.Z{Score: float64(now + 60_000_000), Member: "v1"}).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if err := client.HSet(ctx, st.JoinedKey(), "j:v1", now, "v:v1", "1").Err(); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := st.Heartbeat(ctx, "new", 10*time.Millisecond); err != nil {
@@ -137,8 +144,11 @@ func TestRegistryOldVersion(t *testing.T) {
 	for _, x := range m.Members {
 		sliding[x.Name] = append(sliding[x.Name], x.Ahead)
 	}
-	if fmt.Sprint(sliding["old"]) != "[false]" || fmt.Sprint(sliding["new"]) != "[true true]" {
-		t.Fatalf("Sliding by member: %v; want old false, new's two incarnations true", sliding)
+	if fmt.Sprint(sliding["old"]) != "[false]" || fmt.Sprint(sliding["v1"]) != "[false]" || fmt.Sprint(sliding["new"]) != "[true true]" {
+		t.Fatalf("Ahead by member: %v; want old and v1 false, new's two incarnations true", sliding)
+	}
+	if v, err := client.HGet(ctx, st.JoinedKey(), "v:v1").Result(); err != nil || v != "1" {
+		t.Errorf("v1's version: %q, %v; want it left as it was", v, err)
 	}
 	if m.AheadReady(m.Now+int64(30*time.Second/time.Microsecond), int64(time.Minute/time.Microsecond), 3*time.Second) {
 		t.Error("AheadReady with the old replica a sharer")

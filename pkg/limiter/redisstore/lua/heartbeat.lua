@@ -16,18 +16,21 @@
 --            d:<id>  the shrink replica id declared (declare.lua,
 --                    Declaration), "at n until"; dropped when it joins
 --                    again
---            v:<id>  "1": replica id counts a sliding window's static
---                    shares (Member.Ahead), set by every heartbeat of
---                    this script and kept by an earlier incarnation; a
---                    replica of an earlier version sets none
+--            v:<id>  the version of replica id's share protocol, set by
+--                    every heartbeat and kept by an earlier incarnation:
+--                    "2" (this script) counts the static shares of a
+--                    sliding window and of a token bucket of any burst
+--                    (bucket_epoch.go); "1" those of a sliding window and
+--                    of a token bucket whose burst is its rate; an
+--                    earlier version sets none. Member.Ahead is "2".
 --            since   the latest lease end the registry forgot, µs
 --                    (absent: 0)
 -- ARGV     replica, lease(µs)
 -- Reply    now, live replicas (at least 1), since, when replica joined,
 --          then per member: joined, expires, flags (1: one of replica's
---          own incarnations; 2: it left by leave.lua; 4: it counts a
---          sliding window's shares), id, its declared shrink ("at n
---          until"; "": none)
+--          own incarnations; 2: it left by leave.lua; 4: its version is
+--          "2" or later), id, its declared shrink ("at n until"; "":
+--          none)
 --
 -- The registry remembers a replica RETAIN after its lease ends, at most
 -- MAXMEMBERS of them: it lists every replica whose lease ended after
@@ -54,8 +57,9 @@ else
     local past = replica .. '\0' .. was
     redis.call('ZADD', reg, score, past)
     redis.call('HSET', meta, 'j:' .. past, was)
-    if redis.call('HGET', meta, 'v:' .. replica) then
-      redis.call('HSET', meta, 'v:' .. past, '1')
+    local v = redis.call('HGET', meta, 'v:' .. replica)
+    if v then
+      redis.call('HSET', meta, 'v:' .. past, v)
     end
     local left = redis.call('HGET', meta, 'g:' .. replica)
     if left then
@@ -66,7 +70,7 @@ else
   redis.call('HSET', meta, joined, fmt(now))
   redis.call('HDEL', meta, 'd:' .. replica) -- a shrink is of the incarnation that declared it
 end
-redis.call('HSET', meta, 'v:' .. replica, '1')
+redis.call('HSET', meta, 'v:' .. replica, '2')
 local mine = tonumber(redis.call('HGET', meta, joined))
 redis.call('ZADD', reg, fmt(now + tonumber(ARGV[2])), replica)
 redis.call('PERSIST', reg) -- earlier versions gave the registry an expiry
@@ -113,7 +117,7 @@ if #members > 0 then
     local flags = (id == replica or string.sub(id, 1, #own) == own) and 1 or 0
     local left = meta_of[4 * i - 2]
     if left and tonumber(left) == tonumber(members[2 * i]) then flags = flags + 2 end
-    if meta_of[4 * i] then flags = flags + 4 end
+    if (tonumber(meta_of[4 * i] or '0') or 0) >= 2 then flags = flags + 4 end
     out[#out + 1] = flags
     out[#out + 1] = id
     out[#out + 1] = meta_of[4 * i - 1] or ''
