@@ -36,9 +36,13 @@ type KeyRecord struct {
 	// Shares are the replicas' static share records (a rule of one fixed
 	// or sliding window; see ShareRecord).
 	Shares map[string]ShareRecord
-	// Pressed is when a sliding-window key stops counting as pressed
-	// (store clock, Unix µs): one period of its shortest window after a
-	// replica last reported requests waiting or denied.
+	// Pressed is when a key stops counting as pressed (store clock, Unix
+	// µs): a sliding window's, one period of its shortest window after a
+	// replica last reported requests waiting or denied; a fixed window's
+	// with static shares, the end of the epoch in which a replica's
+	// waiters found the units they needed held by others (contended).
+	// While a fixed window is pressed, its free units go to waiters only
+	// (waitersFirst).
 	Pressed int64
 	// Gen is when the record began (store clock, Unix µs): at its first
 	// sync, or the first after the store lost it (lost). Base is, per
@@ -137,9 +141,12 @@ func (r *KeyRecord) Sync(replica string, it *SyncItem, now int64) SyncResult {
 	free := avail - kept
 	lent, took := r.lend(replica, it, ws, free, now)
 	free -= took
-	grant := min(it.Want, splitShare(free, it.Share, it.Replicas))
-	if grant == 0 && kept == 0 && it.Want > 0 && r.dryGetsOne(it, ws, now) && splitShare(free, it.Share, 1) > 0 {
-		grant = 1
+	var grant uint64
+	if !r.waitersFirst(it, now) {
+		grant = min(it.Want, splitShare(free, it.Share, it.Replicas))
+		if grant == 0 && kept == 0 && it.Want > 0 && r.dryGetsOne(it, ws, now) && splitShare(free, it.Share, 1) > 0 {
+			grant = 1
+		}
 	}
 	if it.Waiting > satAdd(grant, lent) {
 		grant = max(grant, min(it.Waiting, free))
@@ -161,6 +168,10 @@ func (r *KeyRecord) Sync(replica string, it *SyncItem, now int64) SyncResult {
 	copy(out, r.Windows)
 	othersHeld := held.all - held.own
 	c := contended(it, ws, satAdd(grant, lent), others, satAdd(othersHeld, held.next), now)
+	if c && it.Algorithm == FixedWindow {
+		p := int64(ws[0].Period)
+		r.Pressed = max(r.Pressed, (now/p+1)*p)
+	}
 	return SyncResult{Credit: mine, Others: satAdd(others, othersHeld), Held: othersHeld, Windows: out, Now: now, Probed: probed, Pressed: r.Pressed > now,
 		Expires: expires, Contended: c, Gen: r.Gen, Lent: lent, Shrink: c && held.shrinkable}
 }
@@ -178,6 +189,18 @@ func contended(it *SyncItem, ws []Window, grant, others, othersHeld uint64, now 
 		return othersHeld > 0
 	}
 	return now/int64(ws[0].Period) == it.ShareEpoch && satAdd(others, othersHeld) > 0
+}
+
+// waitersFirst reports a fixed window with static shares that is
+// pressed: in its epoch, a replica's waiters found the units they needed
+// held by others, who release them (contention.go). Until the epoch
+// ends the free units go to the requests that wait for them (the last
+// mile), not as credit ahead of need to replicas with none waiting: a
+// replica that released its share and asked for credit in the same
+// round took the unit another's waiter was waiting for, and the waiter
+// ran out its wait under the limit.
+func (r *KeyRecord) waitersFirst(it *SyncItem, now int64) bool {
+	return it.Algorithm == FixedWindow && r.Pressed > now && sharesOf(it)
 }
 
 // dryGetsOne reports whether a replica that holds nothing and wants some

@@ -74,6 +74,7 @@ var suiteCases = []struct {
 	{"ConcurrentReplicas", testConcurrentReplicas},
 	{"CanceledContext", testCanceledContext},
 	{"SharesUnreported", testSharesUnreported},
+	{"WaitersFirst", testWaitersFirst},
 	{"ShareHits", testShareHits},
 	{"ShareRelease", testShareRelease},
 	{"ShareEpochs", testShareEpochs},

@@ -83,6 +83,43 @@ func testSharesUnreported(t *testing.T, st limiter.Store) {
 	}
 }
 
+// testWaitersFirst: once a replica's waiters find a fixed window's units
+// held by others' shares, the window is pressed until the epoch ends: the
+// units the others release go to the waiters, not as credit to replicas
+// with none waiting, and a waiting replica gets what its waiters need.
+// A key not pressed grants credit ahead as before.
+func testWaitersFirst(t *testing.T, st limiter.Store) {
+	w := limiter.Window{Limit: 10, Period: time.Hour}
+	e := epochOf(t, st, w)
+	now := sync1(t, st, "a", shared("k", w, 0, 2, e)).Now // S = 5
+	a := shared("k", w, 3, 2, e)
+	a.ShareHits = []limiter.Hit{{At: now, N: 5}}
+	a.Waiting = 1
+	r := sync1(t, st, "a", a)
+	expect(t, "a's credit beside b's share", r.Credit, 0)
+	expect(t, "a's waiters contended", r.Contended, true)
+
+	// b releases its share, having spent 1 of it: 4 units are free.
+	for _, key := range []string{"k", "quiet"} {
+		b := shared(key, w, 3, 2, e)
+		b.ShareHits = []limiter.Hit{{At: now, N: 1}}
+		b.Release = r.Now
+		rb := sync1(t, st, "b", b)
+		if key == "k" {
+			expect(t, "b's credit as it releases its share: none, a's waiters first", rb.Credit, 0)
+			expect(t, "pressed", rb.Pressed, true)
+			expect(t, "usage", rb.Windows[0].Cur, 6)
+		} else {
+			expect(t, "b's credit on a key not pressed", rb.Credit, 3)
+			expect(t, "not pressed", rb.Pressed, false)
+		}
+	}
+	a.ShareHits = nil
+	r = sync1(t, st, "a", a)
+	expect(t, "a's credit: what its waiters need", r.Credit, 1)
+	expect(t, "a's waiters served", r.Contended, false)
+}
+
 // testShareHits: share hits are charged to the window and to the
 // replica's share record, which then holds S less them: what the shares
 // hold shrinks as usage grows. A replica's others count the other

@@ -6,7 +6,8 @@
 --            x      the record's expiry, µs (memstore's keyEntry.expires)
 --            w      window states, "epoch cur prev tat" per window,
 --                   separated by ","
---            p      a sliding window's KeyRecord.Pressed, µs
+--            p      KeyRecord.Pressed, µs (a sliding window's, or a fixed
+--                   window's with shares)
 --            g      the record's generation (KeyRecord.Gen), µs
 --            b      KeyRecord.Base, in the form of w (absent: zero)
 --            q      a token bucket's KeyRecord.Settled, Synced and
@@ -580,10 +581,13 @@ local function sync(key, a)
   local loan, took = 0, 0
   if borrow == 1 and has then loan, took = lend(rec, ws, se, sharers, share, share_fraction(share), nrep, gone, free) end
   free = free - took
-  local grant = min(want, idiv(floor(share * free), nrep))
-  if grant == 0 and kept == 0 and want > 0 and dry_gets_one(st, ws, share, nrep, rec.pressed)
-      and floor(share * free) > 0 then
-    grant = 1
+  local grant = 0
+  if not (alg == FIXED and has and rec.pressed > now) then -- waitersFirst: a pressed fixed window's go to waiters
+    grant = min(want, idiv(floor(share * free), nrep))
+    if grant == 0 and kept == 0 and want > 0 and dry_gets_one(st, ws, share, nrep, rec.pressed)
+        and floor(share * free) > 0 then
+      grant = 1
+    end
   end
   if waiting > satadd(grant, loan) then grant = max(grant, min(waiting, free)) end
 
@@ -621,6 +625,7 @@ local function sync(key, a)
   local oheld = held - ownheld
   local contended = waiting > satadd(grant, loan) and (satadd(oheld, hnext or 0) > 0 or (has and rec.others > 0))
   if has and ws[1].e ~= se then contended = false end
+  if contended and alg == FIXED then rec.pressed = max(rec.pressed, (ws[1].e + 1) * ws[1].p) end
   local c = 0
   if contended then c = shrinkable and 2 or 1 end
   return save(key, rec, ws, credit, expires, oheld, c, loan, probed), a
