@@ -29,7 +29,7 @@
 // rule's StoreTimeout; while the store answers, on for its round, within
 // StoreTimeout + 180 ms on a store usually fast (its fastest recent round
 // trips well within StoreTimeout: a late round is a busy moment), else
-// for two of its usual round trips within StoreTimeout + 50 ms (its round
+// for two of its usual round trips within StoreTimeout + 120 ms (its round
 // may have waited for the one in flight); past it, it is admitted from
 // the quarter of the credit the hot path holds back for late rounds
 // (still covered by the reservation), or denied. A key starts with no

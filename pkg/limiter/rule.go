@@ -89,7 +89,7 @@ type Tuning struct {
 	// StoreTimeout bounds how long a request waits on the store; while
 	// the store answers, a request waits on up to 180 ms more for its
 	// round if the store is usually fast (else for two of its usual
-	// round trips if that ends within 50 ms more), and for units other
+	// round trips if that ends within 120 ms more), and for units other
 	// replicas are releasing. Zero means 10 ms.
 	StoreTimeout time.Duration
 	// CacheTTL is how long the store may stay unreachable before the rule

@@ -41,8 +41,13 @@ const (
 	// exceed StoreTimeout + contentionWait.
 	contentionWait = 18 * tick
 	// lateRoundWait bounds how long past its StoreTimeout a request
-	// waits for a round of a store that is not usually fast.
-	lateRoundWait = 5 * tick
+	// waits for a round of a store that is not usually fast: two round
+	// trips of a store 60 ms away, not of one 80 ms away. With 50 ms
+	// (a store 25 ms away), a sliding window's or a token bucket's keys
+	// between a quarter and half of their limit, whose waiters need the
+	// other replicas' releases, were denied on a store 50 ms late
+	// (TestSimSlowStoreSliding).
+	lateRoundWait = 12 * tick
 )
 
 // enqueue lists a key that asked for a sync, so the next round finds it
