@@ -163,8 +163,8 @@ func (e *engine) contendAll(cs []Contended) {
 				at = c.At
 			}
 			k := c.Shrink
-			if aheadShares(c.Algorithm) {
-				k = 0 // a sliding window's or a token bucket's shares are released, not shrunk
+			if c.Algorithm == TokenBucket {
+				k = 0 // a token bucket's shares are released, not shrunk
 			}
 			shrink = e.contend(c, at/int64(c.Windows[0].Period/time.Microsecond), k) || shrink
 		}
@@ -343,14 +343,22 @@ func (e *engine) bareItem(key string, x *contention, epoch, through, p int64, n 
 			ReleasePrev: e.pushedPrev(x.rule.Algorithm, e.members.Load(), snow, p, now)})
 	case x.shrink > 0 && n > x.shrunk:
 		mv := e.members.Load()
-		k := mv.sharers(epoch*p, p)
+		a := x.rule.Algorithm
+		base := mv.shareBase(a, epoch*p, p)
+		k := mv.sharers(base, p)
 		if k <= 0 || n <= k || !mv.fresh(now) {
 			return
 		}
 		x.shrunk = n
-		*items = append(*items, SyncItem{Key: key, Algorithm: x.rule.Algorithm, Windows: x.rule.Windows,
+		it := SyncItem{Key: key, Algorithm: a, Windows: x.rule.Windows,
 			Replicas: n, Lease: lease, Shrink: n, ShareEpoch: epoch, Sharers: k,
-			SharersNext: mv.sharers((epoch+1)*p, p), Gone: mv.gone(epoch*p, p), Shrunk: mv.shrunk(epoch*p, p)})
+			SharersNext: mv.sharers(mv.shareBase(a, (epoch+1)*p, p), p), Gone: mv.gone(base, p)}
+		if a == FixedWindow {
+			it.Shrunk = mv.shrunk(base, p)
+		} else {
+			it.SharersPrev = mv.sharers(mv.shareBase(a, (epoch-1)*p, p), p)
+		}
+		*items = append(*items, it)
 	}
 }
 

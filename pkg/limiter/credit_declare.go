@@ -145,7 +145,7 @@ func (e *engine) shrinkKey(cs *creditState, d Declaration) bool {
 	defer sh.mu.Unlock()
 	w := cs.ws[0]
 	p := int64(w.Period)
-	if cs.rule.Algorithm != FixedWindow || // a sliding window's shares are not shrunk
+	if cs.rule.Algorithm != FixedWindow || // a sliding window's shares shrink key by key (credit_shrink.go)
 		sh.epoch < 0 || sh.size == 0 || sh.has(flagLent) || sh.released >= sh.epoch ||
 		!d.covers(sh.epoch*p, p, int(sh.sharers)) {
 		return false

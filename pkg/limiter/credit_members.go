@@ -163,7 +163,7 @@ func (e *engine) shareFields(cs *creditState, it *SyncItem, snow, now int64) {
 	it.Gone = mv.gone(base, p)
 	if cs.rule.Algorithm == FixedWindow {
 		it.Shrunk = mv.shrunk(base, p)
-	} else { // a sliding window's or a token bucket's shares are not shrunk; the epoch before's count
+	} else { // no declared shrinks of a sliding window's or a token bucket's shares; the epoch before's count
 		it.SharersPrev = mv.sharers(mv.shareBase(cs.rule.Algorithm, start-p, p), p)
 		it.ReleasePrev = e.pushedPrev(cs.rule.Algorithm, mv, snow, p, now) // with takeShare's hits
 	}

@@ -14,7 +14,8 @@ package limiter
 // hours after every scale-out). Every sync of the key in the epoch says
 // the shrink again. A key this replica does not hold is shrunk by an item
 // of its own, and a key made later in the epoch starts shrunk
-// (initShare).
+// (initShare). A sliding window's sharers shrink so too; a token
+// bucket's release their shares.
 //
 // The count a share was shrunk to is kept in the high bits of the share's
 // flags: the state of a key with a share fills its size class.
@@ -85,7 +86,7 @@ func (e *engine) askShrink(cs *creditState, ep int64, n int, again bool, now int
 	sh.set(flagShrink)
 	sh.setShrinkN(n)
 	sh.roll(w, ep*int64(w.Period))
-	sh.size = sh.shrunkSize(w, cs.rule.Tuning.share(), sh.size)
+	sh.size = sh.shrunkSize(w, cs.rule.shareFraction(), sh.size)
 	return true
 }
 

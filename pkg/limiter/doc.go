@@ -144,7 +144,15 @@
 // only if it fits beside both. A busy key's replicas give their shares
 // of the next epoch up ahead, and a key whose requests wait for them is
 // published contended, so a key at its limit is shared by credit alone
-// and a quiet one keeps its shares (share_sliding.go). While a replica
+// and a quiet one keeps its shares (share_sliding.go). After a
+// scale-out its sharers shrink their shares key by key, as a fixed
+// window's do, in the epoch of the scale-out and again in the next (its
+// sharers are still the old ones): a newcomer's borrow that finds no
+// whole share free publishes the key to shrink, its request probed or
+// not, and its next request borrows one. The store keeps a record's
+// shrink and loan of the epoch before beside this epoch's
+// (ShareRecord.ShrinkPrevN, LentPrev): the epoch before's shares still
+// count, weighted, and counted whole they left no room. While a replica
 // of a version that does not count them may be live (Member.Ahead),
 // a sliding window has none. A token bucket whose capacity is its rate
 // per period has shares of an epoch of that period as a sliding window

@@ -79,11 +79,20 @@ type ShareRecord struct {
 	// loan, not as one of the sharers: Lent less its share hits is held.
 	Lent      uint64
 	LentEpoch int64
+	// LentPrev is the size of the loan of epoch LentEpoch − 1, if the
+	// replica held one (zero: none): a sliding window's, or a token
+	// bucket's, loans of the epoch before still count, as loans.
+	LentPrev uint64
 	// ShrinkN is the replica count at which the replica shrank its share
 	// of epoch ShrinkEpoch (SyncItem.Shrink): through that epoch the
 	// record counts ShareSize at ShrinkN, not at the epoch's sharers.
 	ShrinkN     int
 	ShrinkEpoch int64
+	// ShrinkPrevN is the count the replica shrank its share of epoch
+	// ShrinkEpoch − 1 to, if it did (zero: it did not): a sliding
+	// window's, or a token bucket's, shares of the epoch before still
+	// count, as shrunk.
+	ShrinkPrevN int
 }
 
 // releasedIn reports a record whose share of epoch e was given up.
@@ -129,10 +138,41 @@ func (it *SyncItem) prevEpoch(epoch int64) int64 {
 }
 
 // lent reports a record that holds a loan of epoch e.
-func (rec ShareRecord) lent(e int64) bool { return rec.Lent > 0 && rec.LentEpoch == e }
+func (rec ShareRecord) lent(e int64) bool { return rec.lentOf(e) > 0 }
+
+// lentOf is the size of the record's loan of epoch e; zero: none.
+func (rec ShareRecord) lentOf(e int64) uint64 {
+	switch {
+	case rec.LentEpoch == e:
+		return rec.Lent
+	case rec.LentEpoch == e+1:
+		return rec.LentPrev
+	}
+	return 0
+}
+
+// lend sets the record's loan of epoch e, keeping the epoch before's.
+func (rec *ShareRecord) lend(size uint64, e int64) {
+	if rec.LentEpoch != e {
+		rec.LentPrev = rec.lentOf(e - 1)
+	}
+	rec.Lent, rec.LentEpoch = size, e
+}
 
 // shrunk reports a record whose share of epoch e was shrunk.
-func (rec ShareRecord) shrunk(e int64) bool { return rec.ShrinkN > 0 && rec.ShrinkEpoch == e }
+func (rec ShareRecord) shrunk(e int64) bool { return rec.shrunkN(e) > 0 }
+
+// shrunkN is the count the record's share of epoch e was shrunk to;
+// zero: not shrunk.
+func (rec ShareRecord) shrunkN(e int64) int {
+	switch {
+	case rec.ShrinkEpoch == e:
+		return rec.ShrinkN
+	case rec.ShrinkEpoch == e+1:
+		return rec.ShrinkPrevN
+	}
+	return 0
+}
 
 // sharesOf reports whether it gives its rule static shares.
 func sharesOf(it *SyncItem) bool {
@@ -266,11 +306,11 @@ func (r *KeyRecord) chargeShares(replica string, it *SyncItem, ws []Window, now 
 	if len(it.ShareHits) > 0 || it.Release != 0 || floor || relend > 0 || shrink || it.ReleasePrev && it.Algorithm == TokenBucket {
 		rec := r.Shares[replica]
 		if relend > 0 && rec.LentEpoch != epoch {
-			rec.Lent, rec.LentEpoch = relend, epoch
+			rec.lend(relend, epoch)
 		}
 		if shrink && !rec.lent(epoch) {
 			if !rec.shrunk(epoch) {
-				rec.ShrinkN = 0
+				rec.ShrinkN, rec.ShrinkPrevN = 0, rec.shrunkN(epoch-1)
 			}
 			rec.ShrinkN, rec.ShrinkEpoch = max(rec.ShrinkN, it.Shrink), epoch
 		}
@@ -334,14 +374,14 @@ func (r *KeyRecord) chargeShares(replica string, it *SyncItem, ws []Window, now 
 				gone-- // a gone sharer's record counts as any other
 			}
 			if rec.shrunk(epoch) && n > 0 {
-				rw.Limit = min(size, ShareSize(w, frac, rec.ShrinkN))
+				rw.Limit = min(size, ShareSize(w, frac, rec.shrunkN(epoch)))
 			}
 			k, ok := declared[id]
 			if ok {
 				rw.Limit = min(rw.Limit, ShareSize(w, frac, k))
 				delete(declared, id) // counted with its record
 			}
-			if rec.releasedIn(epoch) || rec.shrunk(epoch) && rec.ShrinkN >= it.Replicas || ok && k >= it.Replicas ||
+			if rec.releasedIn(epoch) || rec.shrunkN(epoch) >= it.Replicas || ok && k >= it.Replicas ||
 				epoch == it.ShareEpoch && slices.Contains(it.Gone, id) {
 				settled++
 			}
@@ -367,7 +407,7 @@ func (r *KeyRecord) chargeShares(replica string, it *SyncItem, ws []Window, now 
 		settled += dsettled
 	}
 	h.all = satAdd(h.all, satMul(unreported, size))
-	h.shrinkable = n > 0 && epoch == it.ShareEpoch && it.Replicas > n && settled < n-gone && !it.ahead() &&
+	h.shrinkable = n > 0 && epoch == it.ShareEpoch && it.Replicas > n && settled < n-gone && it.Algorithm != TokenBucket &&
 		ShareSize(w, frac, it.Replicas) < size
 	return h
 }

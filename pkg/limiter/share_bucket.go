@@ -130,11 +130,11 @@ func (r *KeyRecord) bucketLeft(it *SyncItem, w Window, x int64, n int) uint64 {
 		}
 		lim := size
 		if loan {
-			lim = rec.Lent
+			lim = rec.lentOf(x)
 		} else {
 			active++
 			if rec.shrunk(x) && n > 0 {
-				lim = min(lim, ShareSize(w, frac, rec.ShrinkN))
+				lim = min(lim, ShareSize(w, frac, rec.shrunkN(x)))
 			}
 		}
 		if !rec.releasedIn(x) {

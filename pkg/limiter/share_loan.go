@@ -16,8 +16,13 @@ import "slices"
 // that holds a loan of the epoch is told its size again (a reply may
 // have been lost); one that released its share of the epoch, or asks of
 // an epoch the store is not in, or of one without sharers, gets none.
+// With whole set (a sliding window whose sharers may shrink their
+// shares for the caller, heldShares.shrinkable) it lends a whole share
+// or none: a loan cut short by the epoch before's shares would run dry
+// in the epoch, and the replica's requests wait for a release of every
+// share (a plain publication) rather than a shrink.
 // It returns the loan's size and what of left it took.
-func (r *KeyRecord) lend(replica string, it *SyncItem, ws []Window, left uint64, now int64) (lent, took uint64) {
+func (r *KeyRecord) lend(replica string, it *SyncItem, ws []Window, left uint64, whole bool, now int64) (lent, took uint64) {
 	if !it.Borrow || !sharesOf(it) || it.Sharers == 0 || now/int64(ws[0].Period) != it.ShareEpoch {
 		return 0, 0
 	}
@@ -34,11 +39,12 @@ func (r *KeyRecord) lend(replica string, it *SyncItem, ws []Window, left uint64,
 		part = it.Replicas
 	}
 	frac := ShareFraction(it.Algorithm, it.Share)
-	g := min(ShareSize(ws[0], frac, it.Sharers), ShareSize(ws[0], frac, max(it.Replicas, 1)), splitShare(left, it.Share, part))
-	if g == 0 {
+	size := min(ShareSize(ws[0], frac, it.Sharers), ShareSize(ws[0], frac, max(it.Replicas, 1)))
+	g := min(size, splitShare(left, it.Share, part))
+	if g == 0 || whole && g < size {
 		return 0, 0
 	}
-	rec.Lent, rec.LentEpoch = g, epoch
+	rec.lend(g, epoch)
 	if r.Shares == nil {
 		r.Shares = make(map[string]ShareRecord)
 	}

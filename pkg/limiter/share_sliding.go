@@ -72,11 +72,11 @@ func (r *KeyRecord) slidingShares(it *SyncItem, w Window, epoch int64, nPrev, nN
 		}
 		lim := size
 		if loan {
-			lim = rec.Lent
+			lim = rec.lentOf(epoch - 1)
 		} else {
 			active++
 			if rec.shrunk(epoch-1) && nPrev > 0 {
-				lim = min(lim, ShareSize(w, frac, rec.ShrinkN))
+				lim = min(lim, ShareSize(w, frac, rec.shrunkN(epoch-1)))
 			}
 		}
 		if !rec.releasedIn(epoch - 1) {

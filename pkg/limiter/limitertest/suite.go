@@ -85,6 +85,7 @@ var suiteCases = []struct {
 	{"ShareShrink", testShareShrink},
 	{"DeclaredShrink", testDeclaredShrink},
 	{"SlidingShares", testSlidingShares},
+	{"SlidingShareShrink", testSlidingShareShrink},
 	{"BucketShares", testBucketShares},
 	{"Declare", testDeclare},
 	{"Contention", testContention},

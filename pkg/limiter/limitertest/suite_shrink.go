@@ -31,22 +31,7 @@ func testShareShrink(t *testing.T, st limiter.Store) {
 		}
 		return it
 	}
-	// feed is the live count the feed's entry after cursor of key by
-	// replica asks to shrink to (one of them must be there).
-	feed := func(cursor, key, replica string) int {
-		t.Helper()
-		cs, _, err := st.Contention(context.Background(), "reader", cursor)
-		if err != nil {
-			t.Fatalf("contention: %v", err)
-		}
-		for _, c := range cs {
-			if c.Key == key && c.Replica == replica {
-				return c.Shrink
-			}
-		}
-		t.Fatalf("no entry of %q by %s in %+v", key, replica, cs)
-		return 0
-	}
+	feed := func(cursor, key, replica string) int { return feedShrink(t, st, cursor, key, replica) }
 	_, cursor, err := st.Contention(context.Background(), "reader", "")
 	if err != nil {
 		t.Fatalf("contention: %v", err)
@@ -89,4 +74,22 @@ func testShareShrink(t *testing.T, st limiter.Store) {
 	r = sync1(t, st, "c", few)
 	expect(t, "with no more replicas live than sharers: contended", r.Contended, true)
 	expect(t, "not to shrink", r.Shrink, false)
+}
+
+// feedShrink is the live count the contention feed's entry after cursor
+// of key by replica asks to shrink to (one of them must be there; 0: a
+// release).
+func feedShrink(t *testing.T, st limiter.Store, cursor, key, replica string) int {
+	t.Helper()
+	cs, _, err := st.Contention(context.Background(), "reader", cursor)
+	if err != nil {
+		t.Fatalf("contention: %v", err)
+	}
+	for _, c := range cs {
+		if c.Key == key && c.Replica == replica {
+			return c.Shrink
+		}
+	}
+	t.Fatalf("no entry of %q by %s in %+v", key, replica, cs)
+	return 0
 }

@@ -107,8 +107,8 @@ func TestParity(t *testing.T) {
 	if (sum.lent == 0 || sum.relent == 0) && !failed.Load() {
 		t.Error("no loan lent or held: SyncItem.Borrow and Lent went untested")
 	}
-	t.Logf("shrinks: %d items shrinking a share, %d replies asking sharers to shrink", sum.shrinking, sum.shrinkable)
-	if (sum.shrinking == 0 || sum.shrinkable == 0) && !failed.Load() {
+	t.Logf("shrinks: %d items shrinking a share, %d replies asking sharers to shrink, %d of them of a sliding window", sum.shrinking, sum.shrinkable, sum.slidingShrink)
+	if (sum.shrinking == 0 || sum.shrinkable == 0 || sum.slidingShrink == 0) && !failed.Load() {
 		t.Error("no share shrunk or shrink asked for: SyncItem.Shrink and SyncResult.Shrink went untested")
 	}
 	t.Logf("probes: %d items probing, %d replies charging some of one", sum.probes, sum.probed)
@@ -424,6 +424,9 @@ func (p *parity) count(it *limiter.SyncItem, r limiter.SyncResult) {
 	}
 	if r.Shrink {
 		p.tally.shrinkable++
+		if it.Algorithm == limiter.SlidingWindow {
+			p.tally.slidingShrink++
+		}
 	}
 	if it.Probe > 0 {
 		p.tally.probes++
@@ -461,6 +464,7 @@ type tally struct {
 	founded                                                               int64 // items of founding epochs (Sharers < 0)
 	borrowed, lent, relent                                                int64 // items asking a loan, replies lending, items saying a loan held
 	shrinking, shrinkable                                                 int64 // items shrinking a share, replies asking sharers to shrink
+	slidingShrink                                                         int64 // sliding-window replies asking sharers to shrink
 	probes, probed                                                        int64 // items probing, replies charging some of a probe
 }
 
@@ -476,6 +480,7 @@ func (t *tally) add(o tally) {
 	t.declared += o.declared
 	t.declares += o.declares
 	t.slidingShares += o.slidingShares
+	t.slidingShrink += o.slidingShrink
 	t.bucketShares += o.bucketShares
 	t.releasePrev += o.releasePrev
 	t.ahead += o.ahead

@@ -6,6 +6,7 @@ import (
 	"slices"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/ratelimit-svc/ratelimit-svc/pkg/limiter"
 )
@@ -35,6 +36,12 @@ type syncedItem struct {
 type recordingStore struct {
 	limiter.Store
 	log *syncLog
+}
+
+// WaitContention passes the feed through (limiter.FeedWaiter), so that a
+// recorded replica reads it as it is published, as one unrecorded does.
+func (s recordingStore) WaitContention(ctx context.Context, replica, cursor string, wait time.Duration) ([]limiter.Contended, string, error) {
+	return s.Store.(limiter.FeedWaiter).WaitContention(ctx, replica, cursor, wait)
 }
 
 func (s recordingStore) Sync(ctx context.Context, replica string, items []limiter.SyncItem, out []limiter.SyncResult) error {

@@ -19,11 +19,15 @@
 --                   and the last epoch of which it released its share
 --                   (0: never)
 --            l:<id> the loan in replica id's share record (ShareRecord.Lent,
---                   LentEpoch), "lent epoch": a field apart, which a
---                   script that knows no loans passes by
+--                   LentEpoch, LentPrev), "lent epoch" or "lent epoch
+--                   prev_lent": a field apart, which a script that knows
+--                   no loans passes by (one that reads no prev_lent
+--                   counts the epoch before's loan as a share, more)
 --            k:<id> the shrink in replica id's share record
---                   (ShareRecord.ShrinkN, ShrinkEpoch), "n epoch": apart
---                   too
+--                   (ShareRecord.ShrinkN, ShrinkEpoch, ShrinkPrevN),
+--                   "n epoch" or "n epoch prev_n": apart too (a script
+--                   that reads no prev_n counts the record unshrunk,
+--                   holding more)
 -- ARGV     replica, then per key in turn: its rule, then its own fields.
 --          The rule is an index, 1 or more, of a rule an earlier key of
 --          the call gave, or 0 and the rule: algorithm (0 fixed, 1
@@ -88,7 +92,7 @@ local function own_share(rec)
   if rec.shares == NOSHARES then rec.shares = {} end
   local r = rec.shares[myshare]
   if r == nil then
-    r = {s = {epoch = 0, cur = 0, prev = 0, tat = 0}, rel = 0, lent = 0, le = 0, kn = 0, ke = 0, from = 0, dirty = true}
+    r = {s = {epoch = 0, cur = 0, prev = 0, tat = 0}, rel = 0, lent = 0, le = 0, lp = 0, kn = 0, ke = 0, kp = 0, from = 0, dirty = true}
     rec.shares[myshare] = r
     rec.nshares = rec.nshares + 1
   end
@@ -98,6 +102,25 @@ end
 -- released_in is ShareRecord.releasedIn: r's share of epoch e given up.
 local function released_in(r, e)
   return r.from <= e and e <= r.rel
+end
+
+-- ShareRecord.lentOf: the size of r's loan of epoch e; 0: none.
+local function lent_of(r, e)
+  if r.le == e then return r.lent elseif r.le == e + 1 then return r.lp end
+  return 0
+end
+
+-- ShareRecord.lend: r's loan of epoch e, the epoch before's kept.
+local function lend_rec(r, size, e)
+  if r.le ~= e then r.lp = lent_of(r, e - 1) end
+  r.lent, r.le, r.dirty = size, e, true
+end
+
+-- ShareRecord.shrunkN: the count r's share of epoch e was shrunk to; 0:
+-- not shrunk.
+local function shrunk_n(r, e)
+  if r.ke == e then return r.kn elseif r.ke == e + 1 then return r.kp end
+  return 0
 end
 
 -- ShareRecord.releasePast: the end of past epoch x, said by its replica
@@ -117,7 +140,7 @@ end
 -- the nrep live, or less if less is left; the loan it holds of se told again; none
 -- after a release of se, of an epoch the store is not in, or of one
 -- without sharers. It returns the loan's size and what of left it took.
-local function lend(rec, ws, se, n, share, sshare, nrep, gone, left)
+local function lend(rec, ws, se, n, share, sshare, nrep, gone, left, whole)
   if n == 0 or ws[1].e ~= se then return 0, 0 end
   local r = rec.shares ~= NOSHARES and rec.shares[myshare]
   if r and released_in(r, se) then return 0, 0 end
@@ -131,10 +154,11 @@ local function lend(rec, ws, se, n, share, sshare, nrep, gone, left)
       break
     end
   end
-  local g = min(share_size(ws[1], sshare, n), share_size(ws[1], sshare, nrep), idiv(floor(share * left), part))
-  if g <= 0 then return 0, 0 end
+  local size = min(share_size(ws[1], sshare, n), share_size(ws[1], sshare, nrep))
+  local g = min(size, idiv(floor(share * left), part))
+  if g <= 0 or whole and g < size then return 0, 0 end
   r = own_share(rec)
-  r.lent, r.le, r.dirty = g, se, true
+  lend_rec(r, g, se)
   return g, g
 end
 
@@ -159,15 +183,17 @@ local function sliding_shares(shares, w, epoch, np, nn, share)
     if released_in(r, epoch + 1) then released = released + 1 end
     local s = {epoch = r.s.epoch, cur = r.s.cur, prev = r.s.prev, tat = r.s.tat}
     roll(s, w)
-    local loan = r.lent > 0 and r.le == epoch - 1
-    local shrunk = r.kn > 0 and r.ke == epoch - 1
+    local lp = lent_of(r, epoch - 1)
+    local loan = lp > 0
+    local kn = shrunk_n(r, epoch - 1)
+    local shrunk = kn > 0
     if loan or s.prev > 0 or released_in(r, epoch - 1) or shrunk then
       local lim = size
       if loan then
-        lim = r.lent
+        lim = lp
       else
         active = active + 1
-        if shrunk and np > 0 then lim = min(lim, share_size(w, share, r.kn)) end
+        if shrunk and np > 0 then lim = min(lim, share_size(w, share, kn)) end
       end
       if not released_in(r, epoch - 1) then prev = satadd(prev, satsub(lim, s.prev)) end
     end
@@ -186,15 +212,17 @@ local function bucket_left(shares, w, x, n, share)
   local left, active = 0, 0
   for _, r in pairs(shares) do
     local count = count_in(r.s, x)
-    local loan = r.lent > 0 and r.le == x
-    local shrunk = r.kn > 0 and r.ke == x
+    local lx = lent_of(r, x)
+    local loan = lx > 0
+    local kn = shrunk_n(r, x)
+    local shrunk = kn > 0
     if loan or count > 0 or released_in(r, x) or shrunk then
       local lim = size
       if loan then
-        lim = r.lent
+        lim = lx
       else
         active = active + 1
-        if shrunk and n > 0 then lim = min(lim, share_size(w, share, r.kn)) end
+        if shrunk and n > 0 then lim = min(lim, share_size(w, share, kn)) end
       end
       if not released_in(r, x) then left = satadd(left, satsub(lim, count)) end
     end
@@ -275,12 +303,15 @@ local function charge_shares(rec, ws, se, n, nn, np, gone, share, h, nsh, releas
   if nsh > 0 or release ~= 0 or sf or relend > 0 or shrinks or past then
     local r = own_share(rec)
     if relend > 0 and r.le ~= epoch then
-      r.lent, r.le, r.dirty = relend, epoch, true
+      lend_rec(r, relend, epoch)
     end
     if shrinks and not (r.lent > 0 and r.le == epoch) then
       local k = shrink
       if r.ke == epoch then k = max(k, r.kn) end
-      if k ~= r.kn or r.ke ~= epoch then r.kn, r.ke, r.dirty = k, epoch, true end
+      if k ~= r.kn or r.ke ~= epoch then
+        if r.ke ~= epoch then r.kp = shrunk_n(r, epoch - 1) end
+        r.kn, r.ke, r.dirty = k, epoch, true
+      end
     end
     if sf and raise(r.s, sf) then r.dirty = true end
     for k = 0, nsh - 1 do
@@ -333,7 +364,8 @@ local function charge_shares(rec, ws, se, n, nn, np, gone, share, h, nsh, releas
     -- none: with the unreported shares. One that holds a loan of it
     -- counts as the loan, not as one of the sharers.
     local loan = r.lent > 0 and r.le == epoch
-    local shrunk = r.kn > 0 and r.ke == epoch
+    local kn = shrunk_n(r, epoch)
+    local shrunk = kn > 0
     local rel = released_in(r, epoch)
     if loan or s.cur > 0 or rel or shrunk then
       local lim = size
@@ -342,14 +374,14 @@ local function charge_shares(rec, ws, se, n, nn, np, gone, share, h, nsh, releas
       else
         active = active + 1
         if ng > 0 and gone[f] then ng = ng - 1 end
-        if shrunk and n > 0 then lim = min(size, share_size(w, share, r.kn)) end
+        if shrunk and n > 0 then lim = min(size, share_size(w, share, kn)) end
         local k = declared and declared[f]
         if k then
           lim = min(lim, share_size(w, share, k))
           withrec = withrec or {}
           withrec[f] = true
         end
-        if rel or shrunk and r.kn >= nrep or k and k >= nrep or epoch == se and gone[f] then
+        if rel or shrunk and kn >= nrep or k and k >= nrep or epoch == se and gone[f] then
           settled = settled + 1
         end
       end
@@ -380,7 +412,7 @@ local function charge_shares(rec, ws, se, n, nn, np, gone, share, h, nsh, releas
     end
   end
   all = satadd(all, min(unrep * size, MAXEXACT))
-  local shrinkable = n > 0 and epoch == se and nrep > n and settled < n - ng and alg == FIXED and share_size(w, share, nrep) < size
+  local shrinkable = n > 0 and epoch == se and nrep > n and settled < n - ng and alg ~= BUCKET and share_size(w, share, nrep) < size
   return all, own, released, returns, epoch == se and nn == n and alg == FIXED, true, shrinkable, hprev, hnext
 end
 
@@ -579,7 +611,7 @@ local function sync(key, a)
   end
   local free = avail - kept
   local loan, took = 0, 0
-  if borrow == 1 and has then loan, took = lend(rec, ws, se, sharers, share, share_fraction(share), nrep, gone, free) end
+  if borrow == 1 and has then loan, took = lend(rec, ws, se, sharers, share, share_fraction(share), nrep, gone, free, shrinkable and alg == SLIDING) end
   free = free - took
   local grant = 0
   if not (alg == FIXED and has and rec.pressed > now) then -- waitersFirst: a pressed fixed window's go to waiters
@@ -625,6 +657,7 @@ local function sync(key, a)
   local oheld = held - ownheld
   local contended = waiting > satadd(grant, loan) and (satadd(oheld, hnext or 0) > 0 or (has and rec.others > 0))
   if has and ws[1].e ~= se then contended = false end
+  if borrow == 1 and loan == 0 and shrinkable and alg == SLIDING then contended = true end -- the sharers shrink now
   if contended and alg == FIXED then rec.pressed = max(rec.pressed, (ws[1].e + 1) * ws[1].p) end
   local c = 0
   if contended then c = shrinkable and 2 or 1 end

@@ -209,7 +209,7 @@ end
 local function parse_share(v)
   local e, c, p, t, r = match(v, '^(%-?%d+) (%d+) (%d+) (%-?%d+) (%-?%d+)$')
   return {s = {epoch = tonumber(e), cur = tonumber(c), prev = tonumber(p), tat = tonumber(t)},
-    rel = tonumber(r), lent = 0, le = 0, kn = 0, ke = 0, from = 0, stored = true}
+    rel = tonumber(r), lent = 0, le = 0, lp = 0, kn = 0, ke = 0, kp = 0, from = 0, stored = true}
 end
 
 -- add_apart puts the loans, shrinks and release runs read (l:<id>
@@ -223,17 +223,17 @@ local function add_apart(rec, apart)
     local f, v = x[1], x[3]
     local r = rec.shares[f]
     if r == nil then
-      r = {s = {epoch = 0, cur = 0, prev = 0, tat = 0}, rel = 0, lent = 0, le = 0, kn = 0, ke = 0, from = 0}
+      r = {s = {epoch = 0, cur = 0, prev = 0, tat = 0}, rel = 0, lent = 0, le = 0, lp = 0, kn = 0, ke = 0, kp = 0, from = 0}
       rec.shares[f] = r
       rec.nshares = rec.nshares + 1
     end
-    local l, e = match(v, '^(%d+) (%-?%d+)$')
+    local l, e, p = match(v, '^(%d+) (%-?%d+) ?(%d*)$')
     if x[2] == 'f:' then
       r.from, r.fstored = tonumber(v) or 0, true
     elseif x[2] == 'l:' then
-      r.lent, r.le, r.lstored = tonumber(l) or 0, tonumber(e) or 0, true
+      r.lent, r.le, r.lp, r.lstored = tonumber(l) or 0, tonumber(e) or 0, tonumber(p) or 0, true
     else
-      r.kn, r.ke, r.kstored = tonumber(l) or 0, tonumber(e) or 0, true
+      r.kn, r.ke, r.kp, r.kstored = tonumber(l) or 0, tonumber(e) or 0, tonumber(p) or 0, true
     end
   end
 end
@@ -330,7 +330,8 @@ local function load(key, nw)
         if rec.shares == NOSHARES then rec.shares = {} end
         local r, old = parse_share(flat[i + 1]), rec.shares[f]
         if old then
-          r.lent, r.le, r.lstored, r.kn, r.ke, r.kstored = old.lent, old.le, old.lstored, old.kn, old.ke, old.kstored
+          r.lent, r.le, r.lp, r.lstored = old.lent, old.le, old.lp, old.lstored
+          r.kn, r.ke, r.kp, r.kstored = old.kn, old.ke, old.kp, old.kstored
           r.from, r.fstored = old.from, old.fstored
         else
           rec.nshares = rec.nshares + 1
@@ -407,10 +408,14 @@ local function save(key, rec, ws, credit, expires, oheld, contended, lent, probe
       local s = r.s
       fields[n + 1], fields[n + 2], n = f, format('%d %d %d %d %d', s.epoch, s.cur, s.prev, s.tat, r.rel), n + 2
       if r.lent > 0 then -- apart, so a record reads as before to a script that knows no loans
-        fields[n + 1], fields[n + 2], n = 'l:' .. sub(f, 3), format('%d %d', r.lent, r.le), n + 2
+        local v = format('%d %d', r.lent, r.le)
+        if r.lp > 0 then v = v .. format(' %d', r.lp) end -- the epoch before's loan too
+        fields[n + 1], fields[n + 2], n = 'l:' .. sub(f, 3), v, n + 2
       end
       if r.kn > 0 then -- and shrinks
-        fields[n + 1], fields[n + 2], n = 'k:' .. sub(f, 3), format('%d %d', r.kn, r.ke), n + 2
+        local v = format('%d %d', r.kn, r.ke)
+        if r.kp > 0 then v = v .. format(' %d', r.kp) end -- the epoch before's, shrunk too
+        fields[n + 1], fields[n + 2], n = 'k:' .. sub(f, 3), v, n + 2
       end
       if r.from > 0 then -- and the first epoch of a run of releases
         fields[n + 1], fields[n + 2], n = 'f:' .. sub(f, 3), format('%d', r.from), n + 2
