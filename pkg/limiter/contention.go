@@ -162,11 +162,7 @@ func (e *engine) contendAll(cs []Contended) {
 			if c.At > 0 {
 				at = c.At
 			}
-			k := c.Shrink
-			if c.Algorithm == TokenBucket {
-				k = 0 // a token bucket's shares are released, not shrunk
-			}
-			shrink = e.contend(c, at/int64(c.Windows[0].Period/time.Microsecond), k) || shrink
+			shrink = e.contend(c, at/int64(c.Windows[0].Period/time.Microsecond), c.Shrink) || shrink
 		}
 	}
 	if shrink {

@@ -14,8 +14,8 @@ package limiter
 // hours after every scale-out). Every sync of the key in the epoch says
 // the shrink again. A key this replica does not hold is shrunk by an item
 // of its own, and a key made later in the epoch starts shrunk
-// (initShare). A sliding window's sharers shrink so too; a token
-// bucket's release their shares.
+// (initShare). A sliding window's sharers and a token bucket's shrink
+// so too, in the epoch of the scale-out and the next (share_sliding.go).
 //
 // The count a share was shrunk to is kept in the high bits of the share's
 // flags: the state of a key with a share fills its size class.

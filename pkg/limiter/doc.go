@@ -149,7 +149,7 @@
 // window's do, in the epoch of the scale-out and again in the next (its
 // sharers are still the old ones): a newcomer's borrow that finds no
 // whole share free publishes the key to shrink, its request probed or
-// not, and its next request borrows one. The store keeps a record's
+// not, and its next request borrows one; a token bucket's the same. The store keeps a record's
 // shrink and loan of the epoch before beside this epoch's
 // (ShareRecord.ShrinkPrevN, LentPrev): the epoch before's shares still
 // count, weighted, and counted whole they left no room. While a replica

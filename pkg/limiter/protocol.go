@@ -139,7 +139,7 @@ func (r *KeyRecord) Sync(replica string, it *SyncItem, now int64) SyncResult {
 		avail -= probed
 	}
 	free := avail - kept
-	lent, took := r.lend(replica, it, ws, free, held.shrinkable && it.sliding(), now)
+	lent, took := r.lend(replica, it, ws, free, held.shrinkable && it.ahead(), now)
 	free -= took
 	var grant uint64
 	if !r.waitersFirst(it, now) {
@@ -168,10 +168,11 @@ func (r *KeyRecord) Sync(replica string, it *SyncItem, now int64) SyncResult {
 	copy(out, r.Windows)
 	othersHeld := held.all - held.own
 	c := contended(it, ws, satAdd(grant, lent), others, satAdd(othersHeld, held.next), now)
-	if it.Borrow && lent == 0 && held.shrinkable && it.sliding() {
-		// A sliding window's newcomer lent no share, its request probed
-		// or not: the sharers shrink theirs now, not once a request of
-		// the key runs short, so that the next borrow finds a share.
+	if it.Borrow && lent == 0 && held.shrinkable && it.ahead() {
+		// A sliding window's or a token bucket's newcomer lent no
+		// share, its request probed or not: the sharers shrink theirs
+		// now, not once a request of the key runs short, so that the
+		// next borrow finds a share.
 		c = true
 	}
 	if c && it.Algorithm == FixedWindow {

@@ -407,7 +407,7 @@ func (r *KeyRecord) chargeShares(replica string, it *SyncItem, ws []Window, now 
 		settled += dsettled
 	}
 	h.all = satAdd(h.all, satMul(unreported, size))
-	h.shrinkable = n > 0 && epoch == it.ShareEpoch && it.Replicas > n && settled < n-gone && it.Algorithm != TokenBucket &&
+	h.shrinkable = n > 0 && epoch == it.ShareEpoch && it.Replicas > n && settled < n-gone &&
 		ShareSize(w, frac, it.Replicas) < size
 	return h
 }

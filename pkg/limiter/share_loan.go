@@ -16,8 +16,8 @@ import "slices"
 // that holds a loan of the epoch is told its size again (a reply may
 // have been lost); one that released its share of the epoch, or asks of
 // an epoch the store is not in, or of one without sharers, gets none.
-// With whole set (a sliding window whose sharers may shrink their
-// shares for the caller, heldShares.shrinkable) it lends a whole share
+// With whole set (a sliding window or a token bucket whose sharers may
+// shrink their shares for the caller, heldShares.shrinkable) it lends a whole share
 // or none: a loan cut short by the epoch before's shares would run dry
 // in the epoch, and the replica's requests wait for a release of every
 // share (a plain publication) rather than a shrink.

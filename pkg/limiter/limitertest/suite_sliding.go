@@ -64,50 +64,49 @@ func testSlidingShares(t *testing.T, st limiter.Store) {
 	expect(t, "the next epoch's sharers not known: half the limit", r.Credit, min(100-48-(48*left+uint64(p)-1)/uint64(p), 100-48-50))
 }
 
-// testSlidingShareShrink: a sliding window's sharers shrink their shares
-// of an epoch for the replicas that joined in it, as a fixed window's
-// do: a newcomer's borrow that finds the epoch's shares and the next
-// one's holding all is published to shrink, not to release, and each
-// sharer's shrink frees a loan. A token bucket's shares are released.
+// testSlidingShareShrink: a sliding window's sharers, and a token
+// bucket's, shrink their shares of an epoch for the replicas that joined
+// in it, as a fixed window's do: a newcomer's borrow that finds the
+// epoch's shares and the next one's holding all is published to shrink,
+// not to release, and each sharer's shrink frees a whole loan.
 func testSlidingShareShrink(t *testing.T, st limiter.Store) {
 	w := limiter.Window{Limit: 200, Period: time.Hour}
 	e := epochOf(t, st, w)
-	item := func(key string, a limiter.Algorithm) limiter.SyncItem {
-		it := shared(key, w, 0, 2, e) // S = ⌊100/2⌋ = 50; at 4, 25
-		it.Algorithm, it.Replicas = a, 4
-		return it
-	}
-	borrow := func(key string, a limiter.Algorithm) limiter.SyncItem {
-		it := item(key, a)
-		it.Borrow, it.Waiting = true, 1
-		return it
-	}
-	shrink := func(key string) limiter.SyncItem {
-		it := item(key, limiter.SlidingWindow)
-		it.Shrink = 4
-		return it
-	}
 	_, cursor, err := st.Contention(context.Background(), "reader", "")
 	if err != nil {
 		t.Fatalf("contention: %v", err)
 	}
-	r := sync1(t, st, "c", borrow("k", limiter.SlidingWindow))
-	expect(t, "lent beside this epoch's shares and the next's", r.Lent, 0)
-	expect(t, "contended", r.Contended, true)
-	expect(t, "to shrink", r.Shrink, true)
-	expect(t, "the feed's entry: to shrink to a share at 4", feedShrink(t, st, cursor, "k", "c"), 4)
+	for _, a := range []limiter.Algorithm{limiter.SlidingWindow, limiter.TokenBucket} {
+		key := "k-" + a.String()
+		item := func() limiter.SyncItem {
+			it := shared(key, w, 0, 2, e) // S = ⌊100/2⌋ = 50; at 4, 25
+			it.Algorithm, it.Replicas = a, 4
+			return it
+		}
+		borrow := func() limiter.SyncItem {
+			it := item()
+			it.Borrow, it.Waiting = true, 1
+			return it
+		}
+		shrink := func() limiter.SyncItem {
+			it := item()
+			it.Shrink = 4
+			return it
+		}
+		r := sync1(t, st, "c", borrow())
+		expect(t, a.String()+": lent beside this epoch's shares and the next's", r.Lent, 0)
+		expect(t, a.String()+": contended", r.Contended, true)
+		expect(t, a.String()+": to shrink", r.Shrink, true)
+		expect(t, a.String()+": the feed's entry: to shrink to a share at 4", feedShrink(t, st, cursor, key, "c"), 4)
 
-	sync1(t, st, "a", shrink("k"))
-	r = sync1(t, st, "c", borrow("k", limiter.SlidingWindow))
-	expect(t, "lent: what a's shrink freed, 200 − (25 + 50) − 100 next", r.Lent, 25)
-	r = sync1(t, st, "d", borrow("k", limiter.SlidingWindow))
-	expect(t, "lent to d before b shrinks", r.Lent, 0)
-	expect(t, "d's borrow: to shrink, b has not", r.Shrink, true)
-	sync1(t, st, "b", shrink("k"))
-	r = sync1(t, st, "d", borrow("k", limiter.SlidingWindow))
-	expect(t, "lent to d after b's shrink", r.Lent, 25)
-
-	r = sync1(t, st, "c", borrow("bucket", limiter.TokenBucket))
-	expect(t, "a token bucket's borrow: contended", r.Contended, true)
-	expect(t, "a token bucket's borrow: a release, not a shrink", r.Shrink, false)
+		sync1(t, st, "a", shrink())
+		r = sync1(t, st, "c", borrow())
+		expect(t, a.String()+": lent: what a's shrink freed, 200 − (25 + 50) − 100 next", r.Lent, 25)
+		r = sync1(t, st, "d", borrow())
+		expect(t, a.String()+": lent to d before b shrinks", r.Lent, 0)
+		expect(t, a.String()+": d's borrow: to shrink, b has not", r.Shrink, true)
+		sync1(t, st, "b", shrink())
+		r = sync1(t, st, "d", borrow())
+		expect(t, a.String()+": lent to d after b's shrink", r.Lent, 25)
+	}
 }

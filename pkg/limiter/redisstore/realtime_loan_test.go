@@ -204,14 +204,24 @@ func rtNewcomerDenials(t *testing.T, calls []rtCall, stalls *rtStalls, isNew fun
 // none denied, the old replicas' 1 200 all local; released, not shrunk
 // (a9c5629), 492 of them were.
 func TestRealtimeScaleOutSliding(t *testing.T) {
+	rtScaleOutAhead(t, limiter.SlidingWindow)
+}
+
+// TestRealtimeScaleOutBucket is TestRealtimeScaleOutSliding of a token
+// bucket: no admit empties a bucket.
+func TestRealtimeScaleOutBucket(t *testing.T) {
+	rtScaleOutAhead(t, limiter.TokenBucket)
+}
+
+func rtScaleOutAhead(t *testing.T, a limiter.Algorithm) {
 	rtSkipShort(t)
 	t.Parallel()
 	srv := redistest.Start(t)
 	rule := rtPer(1000, rtPeriod)
-	rule.Algorithm = limiter.SlidingWindow
+	rule.Algorithm = a
 	keys := rtKeys(rule, 300)
 	rec := &syncLog{}
-	g := rtGroupRecorded(t, srv.Addr, "realtime-scale-sliding", 2, rec)
+	g := rtGroupRecorded(t, srv.Addr, "realtime-scale-"+a.String(), 2, rec)
 	from := rtSharesFrom(rule, rtShareWindow(t, g, rtPeriod, 8*time.Second))
 	time.Sleep(time.Until(from.Add(time.Second)))
 	g.add()
@@ -235,8 +245,11 @@ func TestRealtimeScaleOutSliding(t *testing.T) {
 	if oldLocal*10 < onOld*9 {
 		t.Errorf("%d of the old replicas' %d decisions local, want 90 %% or more", oldLocal, onOld)
 	}
-	w := rule.Windows[0]
-	rtAssertWithin(t, calls, int(w.Limit), w.Period, start.UnixNano()/int64(w.Period), (end.UnixNano()-1)/int64(w.Period)+1)
+	if w := rule.Windows[0]; a == limiter.TokenBucket {
+		rtAssertBucket(t, calls, rule, 0, nil)
+	} else {
+		rtAssertWithin(t, calls, int(w.Limit), w.Period, start.UnixNano()/int64(w.Period), (end.UnixNano()-1)/int64(w.Period)+1)
+	}
 	g.stop()
 	rec.replay(t)
 }

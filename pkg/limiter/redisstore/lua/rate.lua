@@ -412,7 +412,7 @@ local function charge_shares(rec, ws, se, n, nn, np, gone, share, h, nsh, releas
     end
   end
   all = satadd(all, min(unrep * size, MAXEXACT))
-  local shrinkable = n > 0 and epoch == se and nrep > n and settled < n - ng and alg ~= BUCKET and share_size(w, share, nrep) < size
+  local shrinkable = n > 0 and epoch == se and nrep > n and settled < n - ng and share_size(w, share, nrep) < size
   return all, own, released, returns, epoch == se and nn == n and alg == FIXED, true, shrinkable, hprev, hnext
 end
 
@@ -611,7 +611,7 @@ local function sync(key, a)
   end
   local free = avail - kept
   local loan, took = 0, 0
-  if borrow == 1 and has then loan, took = lend(rec, ws, se, sharers, share, share_fraction(share), nrep, gone, free, shrinkable and alg == SLIDING) end
+  if borrow == 1 and has then loan, took = lend(rec, ws, se, sharers, share, share_fraction(share), nrep, gone, free, shrinkable and alg ~= FIXED) end
   free = free - took
   local grant = 0
   if not (alg == FIXED and has and rec.pressed > now) then -- waitersFirst: a pressed fixed window's go to waiters
@@ -657,7 +657,7 @@ local function sync(key, a)
   local oheld = held - ownheld
   local contended = waiting > satadd(grant, loan) and (satadd(oheld, hnext or 0) > 0 or (has and rec.others > 0))
   if has and ws[1].e ~= se then contended = false end
-  if borrow == 1 and loan == 0 and shrinkable and alg == SLIDING then contended = true end -- the sharers shrink now
+  if borrow == 1 and loan == 0 and shrinkable and alg ~= FIXED then contended = true end -- the sharers shrink now
   if contended and alg == FIXED then rec.pressed = max(rec.pressed, (ws[1].e + 1) * ws[1].p) end
   local c = 0
   if contended then c = shrinkable and 2 or 1 end
