@@ -15,11 +15,16 @@
 # ADD=k: a scale-out instead, k new replicas started and none stopped
 # (the old ones' decisions are then printed apart: without shrinking
 # shares they released theirs of each key a newcomer touched).
+# ALG=sliding_window or token_bucket: the rule's algorithm (default
+# fixed_window); their shares begin a minute later, so the scale-out or
+# the update comes 5 s into the second minute that begins a lease after
+# the replicas joined (UNIT=minute only).
 #
 #   scripts/rolling-update.sh                       # D=20s KEYS=20000 C=64 R=2
 #   BIN=/path/to/older/ratelimit-svc scripts/rolling-update.sh   # another build
 #   RUNS=2 BINS="old:/tmp/old new:/tmp/new" scripts/rolling-update.sh  # alternately
 #   ADD=2 scripts/rolling-update.sh                 # 2 → 4 replicas mid-minute
+#   ADD=2 ALG=sliding_window scripts/rolling-update.sh
 # Everything listens on free loopback ports; nothing is left running.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -32,11 +37,19 @@ R=${R:-2}
 RUNS=${RUNS:-1}
 ADD=${ADD:-0}
 UNIT=${UNIT:-minute}
+ALG=${ALG:-fixed_window}
 case "$UNIT" in minute | hour) ;; *)
   echo "$name: UNIT=$UNIT: want minute or hour" >&2
   exit 2
   ;;
 esac
+case "$UNIT/$ALG" in */fixed_window | minute/sliding_window | minute/token_bucket) ;; *)
+  echo "$name: ALG=$ALG with UNIT=$UNIT: want fixed_window, or sliding_window or token_bucket by the minute" >&2
+  exit 2
+  ;;
+esac
+later=0 # minutes more to wait for the static shares: a sliding window's or a bucket's begin a minute later
+[ "$ALG" = fixed_window ] || later=1
 command -v redis-server >/dev/null || { echo "$name: redis-server not found" >&2; exit 1; }
 work=$(mktemp -d)
 pids=() # redis
@@ -53,7 +66,7 @@ cat >"$work/policy.yaml" <<EOF
 domain: ru
 descriptors:
   - key: user
-    rate_limit: {unit: $UNIT, requests_per_unit: 100}
+    rate_limit: {unit: $UNIT, requests_per_unit: 100, algorithm: $ALG}
 EOF
 read -r -a ports < <(free_ports $((1 + 2 * (R + 1 + ADD))))
 rport=${ports[0]}
@@ -93,8 +106,8 @@ for ((run = 1; run <= RUNS; run++)); do
     rcli flushall >/dev/null
     rep=()
     for ((i = 0; i < R; i++)); do start "$bin" "$i"; done
-    if [ "$UNIT" = minute ]; then # the first minute that begins a lease (3 s) after they all joined, 5 s in
-      python3 -c "import math, time; now = time.time(); time.sleep((math.floor((now + 4) / 60) + 1) * 60 - now + 5)"
+    if [ "$UNIT" = minute ]; then # the first minute that begins a lease (3 s) after they all joined (the second: ALG), 5 s in
+      python3 -c "import math, time; now = time.time(); time.sleep((math.floor((now + 4) / 60) + 1 + $later) * 60 - now + 5)"
     else
       sleep 5
     fi
@@ -116,7 +129,7 @@ for ((run = 1; run <= RUNS; run++)); do
     addrs=$(for i in "${live[@]}"; do printf '127.0.0.1:%s,' "${ports[$((1 + 2 * i))]}"; done)
     m0=$(modes "${live[@]}") c0=$(cpu)
     check=(-limit 100 -per minute) # rlsbench checks per-minute windows; an hour's OVER_LIMIT alone says enough here
-    [ "$UNIT" = minute ] || check=()
+    [ "$UNIT" = minute ] && [ "$ALG" != token_bucket ] || check=() # a bucket may admit up to twice its rate in a minute
     "$work/rlsbench" -domain ru -c "$C" -d "$D" -json -addr "${addrs%,}" -descriptor 'user={k}' -keys "$KEYS" \
       "${check[@]}" >"$work/r.json" 2>>"$work/rlsbench.log" || true
     m1=$(modes "${live[@]}") c1=$(cpu)
