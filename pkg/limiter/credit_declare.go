@@ -30,7 +30,11 @@ import (
 // request of a key borrows a share (credit_loan.go) in one round. A
 // larger scale-out while a shrink covers epochs under way declares a
 // larger N, never a smaller one; a sharer that joins again after its
-// lease ended loses its shrink with its shares (dropShares).
+// lease ended loses its shrink with its shares (dropShares). A sliding
+// window's or a token bucket's epoch after the scale-out's has the
+// scale-out's sharers (shareBase): the shrink covers it too (coversOf),
+// and the newcomers name the shrinks of the epoch before in their syncs
+// (SyncItem.ShrunkPrev), whose shares still count.
 
 // declState is the shrink this replica decided (d), and, until it is
 // declared, the keys whose share hits must be pushed first.
@@ -145,9 +149,8 @@ func (e *engine) shrinkKey(cs *creditState, d Declaration) bool {
 	defer sh.mu.Unlock()
 	w := cs.ws[0]
 	p := int64(w.Period)
-	if cs.rule.Algorithm != FixedWindow || // a sliding window's shares shrink key by key (credit_shrink.go)
-		sh.epoch < 0 || sh.size == 0 || sh.has(flagLent) || sh.released >= sh.epoch ||
-		!d.covers(sh.epoch*p, p, int(sh.sharers)) {
+	if sh.epoch < 0 || sh.size == 0 || sh.has(flagLent) || sh.released >= sh.epoch ||
+		!d.coversOf(e.shareBase(cs.rule.Algorithm, sh.epoch*p, p), sh.epoch*p, p, int(sh.sharers)) {
 		return false
 	}
 	if d.N > sh.shrinkN() {
@@ -187,10 +190,10 @@ func (ds *declState) ready() bool {
 }
 
 // declaredN is the count this replica's shrink holds its share of an
-// epoch of period that began at start to, one of n sharers: 0 if none
-// covers it.
-func (e *engine) declaredN(start, period int64, n int) int {
-	if ds := e.decl.Load(); ds != nil && ds.d.covers(start, period, n) {
+// epoch of period that began at start to, one of n sharers, those of the
+// epoch that began at base (shareBase): 0 if none covers it.
+func (e *engine) declaredN(base, start, period int64, n int) int {
+	if ds := e.decl.Load(); ds != nil && ds.d.coversOf(base, start, period, n) {
 		return ds.d.N
 	}
 	return 0

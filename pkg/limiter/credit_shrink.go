@@ -97,13 +97,14 @@ func (e *engine) reckonEpoch(cs *creditState, ep, now int64) {
 	sh := cs.share
 	w := cs.ws[0]
 	p := int64(w.Period)
-	k, recheck, known := e.reckonShare(e.shareBase(cs.rule.Algorithm, ep*p, p), p, now)
+	base := e.shareBase(cs.rule.Algorithm, ep*p, p)
+	k, recheck, known := e.reckonShare(base, p, now)
 	if sh.epoch != ep && sh.epoch != -1 {
 		sh.setShrinkN(0) // a shrink is of its epoch
 	}
 	sh.epoch, sh.sharers, sh.size, sh.recheck = ep, int32(k), 0, recheck
 	sh.unset(flagLent) // a loan lapses with its epoch
-	if dn := e.declaredN(ep*p, p, k); dn > sh.shrinkN() && cs.rule.Algorithm == FixedWindow {
+	if dn := e.declaredN(base, ep*p, p, k); dn > sh.shrinkN() {
 		sh.setShrinkN(dn) // this replica's shrink covers the epoch (credit_declare.go)
 	}
 	if !known {

@@ -145,14 +145,16 @@
 // of the next epoch up ahead, and a key whose requests wait for them is
 // published contended, so a key at its limit is shared by credit alone
 // and a quiet one keeps its shares (share_sliding.go). After a
-// scale-out its sharers shrink their shares key by key, as a fixed
-// window's do, in the epoch of the scale-out and again in the next (its
-// sharers are still the old ones): a newcomer's borrow that finds no
-// whole share free publishes the key to shrink, its request probed or
-// not, and its next request borrows one; a token bucket's the same. The store keeps a record's
-// shrink and loan of the epoch before beside this epoch's
-// (ShareRecord.ShrinkPrevN, LentPrev): the epoch before's shares still
-// count, weighted, and counted whole they left no room. While a replica
+// scale-out its sharers shrink their shares as a fixed window's do, by
+// one declaration, in the epoch of the scale-out and in the next too,
+// whose sharers are still the old ones (Declaration.coversOf); a token
+// bucket's the same. The store counts the shrinks of the epoch before
+// beside this epoch's, declared (SyncItem.ShrunkPrev) or of a key
+// (ShareRecord.ShrinkPrevN), and its loans (LentPrev): the epoch
+// before's shares still count, weighted, and counted whole they left no
+// room for the newcomers' loans. A newcomer's borrow that finds no whole
+// share free (a shrink not declared yet) publishes the key to shrink,
+// its request probed or not, and the next borrows one. While a replica
 // of a version that does not count them may be live (Member.Ahead),
 // a sliding window has none. A token bucket whose capacity is its rate
 // per period has shares of an epoch of that period as a sliding window

@@ -135,7 +135,16 @@ type ShrunkSharer struct {
 // covers reports whether d shrinks a share of the epoch of period that
 // began at start (store µs) held by one of n sharers.
 func (d Declaration) covers(start, period int64, n int) bool {
-	return d.N > n && n > 0 && start+period > d.At && start < d.Until
+	return d.coversOf(start, start, period, n)
+}
+
+// coversOf is covers for an epoch whose sharers are those of the epoch
+// that began at base (shareBase): one whose sharers were known before
+// Until, and may not count the replicas that joined since. A sliding
+// window's or a token bucket's epoch after the scale-out's has the same
+// sharers as it, and is shrunk too.
+func (d Declaration) coversOf(base, start, period int64, n int) bool {
+	return d.N > n && n > 0 && start+period > d.At && base < d.Until
 }
 
 // PastIncarnation is the registry id under which a store keeps the
@@ -309,19 +318,26 @@ func (m Membership) Gone(start, period int64, lease time.Duration) []string {
 // are one), as are the sharers of a founding epoch. Nil when there are
 // none.
 func (m Membership) Shrunk(start, period int64, lease time.Duration) []ShrunkSharer {
-	n := m.Sharers(start, period, lease)
+	return m.ShrunkOf(start, start, period, lease)
+}
+
+// ShrunkOf is Shrunk for a window whose sharers are those of the window
+// that began at base (a sliding window's or a token bucket's are the
+// window's before, shareBase); start is when the window began.
+func (m Membership) ShrunkOf(base, start, period int64, lease time.Duration) []ShrunkSharer {
+	n := m.Sharers(base, period, lease)
 	if n <= 0 {
 		return nil
 	}
 	lu := int64(lease / time.Microsecond)
 	var out []ShrunkSharer
 	for i, x := range m.Members {
-		if !x.Shrink.covers(start, period, n) || x.Joined > start-lu || x.Expires <= start {
+		if !x.Shrink.coversOf(base, start, period, n) || x.Joined > base-lu || x.Expires <= base {
 			continue
 		}
 		twice := false
 		for j, y := range m.Members {
-			twice = twice || j != i && y.Name == x.Name && y.Joined <= start-lu && y.Expires > start
+			twice = twice || j != i && y.Name == x.Name && y.Joined <= base-lu && y.Expires > base
 		}
 		if !twice {
 			out = append(out, ShrunkSharer{Name: x.Name, N: x.Shrink.N})

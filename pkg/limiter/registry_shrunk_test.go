@@ -10,7 +10,9 @@ import (
 // are named with their counts; a shrink that ended before the epoch
 // began, one of an epoch that begins after Until, one not above the
 // sharers, one of a name with two sharer incarnations and one of a
-// replica that is not a sharer are not; a founding epoch names none.
+// replica that is not a sharer are not; a founding epoch names none. Of
+// a sliding window (ShrunkOf), the next epoch, whose sharers are the
+// epoch under way's, is named too.
 func TestShrunk(t *testing.T) {
 	const s = int64(time.Second / time.Microsecond)
 	p := 60 * s                       // a minute
@@ -55,5 +57,18 @@ func TestShrunk(t *testing.T) {
 	if (Declaration{At: at, N: 4, Until: until}).covers(start, p, 0) || !d.covers(start, p, 3) || d.covers(start, p, 4) ||
 		d.covers(until, p, 3) || d.covers(at-p, p, 3) {
 		t.Error("covers")
+	}
+	// A sliding window's epochs: the next one's sharers are the epoch
+	// under way's (its base began before Until), the one after's are not.
+	if !d.coversOf(start, start+p, p, 3) || d.coversOf(start+p, start+2*p, p, 3) || !d.coversOf(start-p, start, p, 3) {
+		t.Error("coversOf")
+	}
+	got = m.ShrunkOf(start, start+p, p, lease)
+	slices.SortFunc(got, func(x, y ShrunkSharer) int { return int(x.Name[0]) - int(y.Name[0]) })
+	if !slices.Equal(got, want) {
+		t.Errorf("ShrunkOf the next epoch, its sharers the epoch under way's = %v, want %v", got, want)
+	}
+	if got := m.ShrunkOf(start+p, start+2*p, p, lease); got != nil {
+		t.Errorf("the epoch after the next: %v, want none", got)
 	}
 }

@@ -350,7 +350,7 @@ func (r *KeyRecord) chargeShares(replica string, it *SyncItem, ws []Window, now 
 	// is known (KeyRecord.Sync).
 	h := heldShares{returns: maxExact, carry: epoch == it.ShareEpoch && it.SharersNext == it.Sharers && !it.ahead()}
 	if it.ahead() {
-		h.prev, h.next = r.slidingShares(it, w, epoch, prev, next, now)
+		h.prev, h.next = r.slidingShares(it, w, epoch, prev, next, declaredPrev(it, epoch), now)
 	}
 	active, gone, settled := 0, 0, 0
 	var declared map[string]int // sharers' declared shrinks (SyncItem.Shrunk): name → N
@@ -416,12 +416,28 @@ func (r *KeyRecord) chargeShares(replica string, it *SyncItem, ws []Window, now 
 // of their shares (SyncItem.Shrunk) to their counts, the largest if
 // named twice; nil when none shrinks a share (a founding epoch's, or at
 // no more than Sharers).
-func declaredShrinks(it *SyncItem) map[string]int {
+func declaredShrinks(it *SyncItem) map[string]int { return declaredOf(it.Shrunk, it.Sharers) }
+
+// declaredPrev is declaredShrinks of the epoch before now's (epoch): of
+// it.ShrunkPrev, or of it.Shrunk for an item of the epoch before.
+func declaredPrev(it *SyncItem, epoch int64) map[string]int {
+	switch epoch {
+	case it.ShareEpoch:
+		return declaredOf(it.ShrunkPrev, it.SharersPrev)
+	case it.ShareEpoch + 1:
+		return declaredShrinks(it)
+	}
+	return nil
+}
+
+// declaredOf maps the sharers in shrunk, n sharers of their epoch, to
+// their counts above n, the largest if named twice; nil: none.
+func declaredOf(shrunk []ShrunkSharer, n int) map[string]int {
 	var m map[string]int
-	for _, s := range it.Shrunk {
-		if s.N > it.Sharers && it.Sharers > 0 {
+	for _, s := range shrunk {
+		if s.N > n && n > 0 {
 			if m == nil {
-				m = make(map[string]int, len(it.Shrunk))
+				m = make(map[string]int, len(shrunk))
 			}
 			m[s.Name] = max(m[s.Name], s.N)
 		}

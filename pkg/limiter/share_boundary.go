@@ -56,11 +56,12 @@ func (e *engine) shareSize(cs *creditState, epoch, now int64) uint64 {
 	}
 	w := cs.ws[0]
 	p := int64(w.Period)
-	n := e.sharers(e.shareBase(cs.rule.Algorithm, epoch*p, p), p, now)
+	base := e.shareBase(cs.rule.Algorithm, epoch*p, p)
+	n := e.sharers(base, p, now)
 	if n == 0 {
 		return 0
 	}
-	if dn := e.declaredN(epoch*p, p, n); dn > 0 && cs.rule.Algorithm == FixedWindow {
+	if dn := e.declaredN(base, epoch*p, p, n); dn > 0 {
 		n = dn // this replica's shrink covers the epoch (credit_declare.go)
 	}
 	return ShareSize(w, cs.rule.shareFraction(), n)

@@ -84,7 +84,7 @@ func (r *KeyRecord) settle(it *SyncItem, w Window, now int64) {
 		return
 	}
 	if r.Synced == e-1 {
-		if left := r.bucketLeft(it, w, e-2, r.SyncedPrevN); left > 0 {
+		if left := r.bucketLeft(it, w, e-2, r.SyncedPrevN, nil); left > 0 {
 			c := &r.Windows[0]
 			c.ChargeAt(w, TokenBucket, (e-1)*p, now, left)
 			c.TAT = min(c.TAT, MaxExact)
@@ -106,16 +106,17 @@ func (r *KeyRecord) pend(it *SyncItem, w Window, h *heldShares, now int64) {
 	case e - 1:
 		n = it.Sharers
 	}
-	h.prev = r.bucketLeft(it, w, e-1, n)
+	h.prev = r.bucketLeft(it, w, e-1, n, declaredPrev(it, e))
 	r.Synced, r.SyncedPrevN = e, n
 }
 
 // bucketLeft is what the shares of past epoch x, n sharers of it, hold
 // that no share record reports: a record that reported share hits of x,
 // released or shrank its share of x counts as its record says, a loan
-// of x as the loan; each other sharer holds a share. n unknownSharers:
-// ShareFraction of the limit.
-func (r *KeyRecord) bucketLeft(it *SyncItem, w Window, x int64, n int) uint64 {
+// of x as the loan; each other sharer holds a share, or one that declared
+// a shrink of it (declared: name → N) a share at its count. n
+// unknownSharers: ShareFraction of the limit.
+func (r *KeyRecord) bucketLeft(it *SyncItem, w Window, x int64, n int, declared map[string]int) uint64 {
 	frac := ShareFraction(it.Algorithm, it.Share)
 	if n == unknownSharers {
 		return splitShare(w.Limit, frac, 1)
@@ -123,7 +124,7 @@ func (r *KeyRecord) bucketLeft(it *SyncItem, w Window, x int64, n int) uint64 {
 	size := ShareSize(w, frac, n)
 	var left uint64
 	active := 0
-	for _, rec := range r.Shares {
+	for id, rec := range r.Shares {
 		count, loan := rec.State.countIn(x), rec.lent(x)
 		if !loan && count == 0 && !rec.releasedIn(x) && !rec.shrunk(x) {
 			continue // with the unreported shares, if its replica is a sharer
@@ -133,15 +134,43 @@ func (r *KeyRecord) bucketLeft(it *SyncItem, w Window, x int64, n int) uint64 {
 			lim = rec.lentOf(x)
 		} else {
 			active++
-			if rec.shrunk(x) && n > 0 {
-				lim = min(lim, ShareSize(w, frac, rec.shrunkN(x)))
-			}
+			lim = shrunkLimit(w, frac, rec, x, n, lim, id, declared)
 		}
 		if !rec.releasedIn(x) {
 			left = satAdd(left, satSub(lim, count))
 		}
 	}
-	return satAdd(left, satMul(uint64(max(abs(n)-active, 0)), size))
+	return satAdd(left, unreportedShares(w, frac, max(abs(n)-active, 0), size, declared))
+}
+
+// shrunkLimit is what record rec, one of n sharers of epoch x, may hold
+// of share size lim: a share at the count it shrank its share of x to,
+// or declared it shrank it to (declared: name → N; the name is deleted,
+// counted with its record), if less.
+func shrunkLimit(w Window, frac float64, rec ShareRecord, x int64, n int, lim uint64, id string, declared map[string]int) uint64 {
+	if rec.shrunk(x) && n > 0 {
+		lim = min(lim, ShareSize(w, frac, rec.shrunkN(x)))
+	}
+	if k, ok := declared[id]; ok {
+		lim = min(lim, ShareSize(w, frac, k))
+		delete(declared, id)
+	}
+	return lim
+}
+
+// unreportedShares is what the shares of unreported sharers with no
+// record hold, size each: those that declared a shrink (declared, less
+// those counted with their records) a share at their count, if no more
+// of them declared than are unreported.
+func unreportedShares(w Window, frac float64, unreported int, size uint64, declared map[string]int) uint64 {
+	var held uint64
+	if dn := len(declared); dn > 0 && dn <= unreported {
+		for _, k := range declared {
+			held = satAdd(held, ShareSize(w, frac, k))
+		}
+		unreported -= dn
+	}
+	return satAdd(held, satMul(uint64(unreported), size))
 }
 
 // countBucket counts hit h of a token bucket with shares in the epoch it

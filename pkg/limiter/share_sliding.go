@@ -51,14 +51,15 @@ func (r *KeyRecord) dropShares(it *SyncItem, w Window, epoch, now int64) {
 // slidingShares sums up, for a sliding window in epoch, what the shares
 // of the epoch before hold (nPrev sharers; a record that reported share
 // hits, released or shrank in it counts as its record says, a loan of it
-// as the loan) and what those of the next epoch hold (nNext sharers, less
+// as the loan, a sharer that declared a shrink of it, declared, a share
+// at its count) and what those of the next epoch hold (nNext sharers, less
 // those that released their share of it; unknownSharers: ShareFraction
 // of the limit).
-func (r *KeyRecord) slidingShares(it *SyncItem, w Window, epoch int64, nPrev, nNext int, now int64) (prev, next uint64) {
+func (r *KeyRecord) slidingShares(it *SyncItem, w Window, epoch int64, nPrev, nNext int, declared map[string]int, now int64) (prev, next uint64) {
 	frac := ShareFraction(it.Algorithm, it.Share)
 	size := ShareSize(w, frac, nPrev)
 	active, released := 0, 0
-	for _, rec := range r.Shares {
+	for id, rec := range r.Shares {
 		if rec.releasedIn(epoch + 1) {
 			released++
 		}
@@ -75,15 +76,13 @@ func (r *KeyRecord) slidingShares(it *SyncItem, w Window, epoch int64, nPrev, nN
 			lim = rec.lentOf(epoch - 1)
 		} else {
 			active++
-			if rec.shrunk(epoch-1) && nPrev > 0 {
-				lim = min(lim, ShareSize(w, frac, rec.shrunkN(epoch-1)))
-			}
+			lim = shrunkLimit(w, frac, rec, epoch-1, nPrev, lim, id, declared)
 		}
 		if !rec.releasedIn(epoch - 1) {
 			prev = satAdd(prev, satSub(lim, s.Prev))
 		}
 	}
-	prev = satAdd(prev, satMul(uint64(max(abs(nPrev)-active, 0)), size))
+	prev = satAdd(prev, unreportedShares(w, frac, max(abs(nPrev)-active, 0), size, declared))
 	if nNext == unknownSharers {
 		return prev, splitShare(w.Limit, frac, 1)
 	}

@@ -114,6 +114,9 @@ type SyncItem struct {
 	// beyond that size declares, so its unreported share hits of any key
 	// fit in it.
 	Shrunk []ShrunkSharer
+	// ShrunkPrev is Shrunk of the epoch before ShareEpoch, for a sliding
+	// window or a token bucket, whose shares of it still count.
+	ShrunkPrev []ShrunkSharer
 	// ShareHits are units admitted from the replica's static share. They
 	// are charged to the window like Hits and to the replica's share
 	// record.

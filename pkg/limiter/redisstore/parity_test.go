@@ -90,8 +90,8 @@ func TestParity(t *testing.T) {
 	if sum.gone == 0 && !failed.Load() {
 		t.Error("no item named a gone sharer: Gone went untested")
 	}
-	t.Logf("items naming sharers that declared a shrink: %d; shrinks declared: %d", sum.declared, sum.declares)
-	if (sum.declared == 0 || sum.declares == 0) && !failed.Load() {
+	t.Logf("items naming sharers that declared a shrink: %d, of the epoch before: %d; shrinks declared: %d", sum.declared, sum.declaredPrev, sum.declares)
+	if (sum.declared == 0 || sum.declaredPrev == 0 || sum.declares == 0) && !failed.Load() {
 		t.Error("no item named a declared shrink, or none was declared: Shrunk and Declare went untested")
 	}
 	t.Logf("items of a sliding window with shares: %d; of a token bucket: %d; releasing ahead: %d; the epoch before: %d", sum.slidingShares, sum.bucketShares, sum.ahead, sum.releasePrev)
@@ -368,6 +368,7 @@ func (p *parity) sameRule(items []limiter.SyncItem) {
 		if e.Algorithm == it.Algorithm && reflect.DeepEqual(e.Windows, it.Windows) && p.rng.IntN(2) == 0 {
 			it.Share, it.Replicas, it.Lease = e.Share, e.Replicas, e.Lease
 			it.ShareEpoch, it.Sharers, it.SharersNext, it.Gone, it.Shrunk = e.ShareEpoch, e.Sharers, e.SharersNext, e.Gone, e.Shrunk
+			it.ShrunkPrev = e.ShrunkPrev
 			it.SharersPrev = e.SharersPrev
 			p.tally.ruleRefs++
 			return
@@ -457,6 +458,7 @@ type tally struct {
 	gone                                                                  int64 // items naming sharers that left (SyncItem.Gone)
 	declared                                                              int64 // items naming sharers that declared a shrink (SyncItem.Shrunk)
 	declares                                                              int64 // shrinks recorded in the registry (Store.Declare)
+	declaredPrev                                                          int64 // items naming sharers of the epoch before that declared a shrink
 	slidingShares                                                         int64 // items of a sliding window with shares
 	bucketShares                                                          int64 // items of a token bucket with shares
 	releasePrev                                                           int64 // items saying the epoch before's hits are all pushed
@@ -479,6 +481,7 @@ func (t *tally) add(o tally) {
 	t.gone += o.gone
 	t.declared += o.declared
 	t.declares += o.declares
+	t.declaredPrev += o.declaredPrev
 	t.slidingShares += o.slidingShares
 	t.slidingShrink += o.slidingShrink
 	t.bucketShares += o.bucketShares
@@ -622,6 +625,12 @@ func (p *parity) shares(it *limiter.SyncItem, r limiter.Rule, key string) {
 			it.Shrunk = append(it.Shrunk, limiter.ShrunkSharer{Name: p.pick(p.ids), N: max(it.Sharers, 0) + p.rng.IntN(4) - 1})
 		}
 		p.tally.declared++
+	}
+	if it.Algorithm != limiter.FixedWindow && p.rng.IntN(3) == 0 { // and of the epoch before
+		for range 1 + p.rng.IntN(3) {
+			it.ShrunkPrev = append(it.ShrunkPrev, limiter.ShrunkSharer{Name: p.pick(p.ids), N: max(it.SharersPrev, 0) + p.rng.IntN(4) - 1})
+		}
+		p.tally.declaredPrev++
 	}
 	if p.rng.IntN(4) == 0 { // past every epoch's end: credit from released shares lapses first
 		it.Lease = 25 * time.Hour

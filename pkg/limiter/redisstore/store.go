@@ -210,9 +210,11 @@ func (ra *rateArgs) add(it *limiter.SyncItem) {
 	for _, g := range it.Gone {
 		ra.args = append(ra.args, g)
 	}
-	ra.args = append(ra.args, len(it.Shrunk))
-	for _, d := range it.Shrunk {
-		ra.args = append(ra.args, d.Name, max(d.N, 0))
+	for _, ds := range [...][]limiter.ShrunkSharer{it.Shrunk, it.ShrunkPrev} {
+		ra.args = append(ra.args, len(ds))
+		for _, d := range ds {
+			ra.args = append(ra.args, d.Name, max(d.N, 0))
+		}
 	}
 	ra.appendKeyArgs(it)
 }
@@ -230,7 +232,7 @@ func sameRule(a, b *limiter.SyncItem) bool {
 	if a.Algorithm != b.Algorithm || shareOf(a) != shareOf(b) || max(a.Replicas, 1) != max(b.Replicas, 1) ||
 		micros(a.Lease) != micros(b.Lease) || a.ShareEpoch != b.ShareEpoch || a.Sharers != b.Sharers ||
 		a.SharersNext != b.SharersNext || a.SharersPrev != b.SharersPrev || len(a.Windows) != len(b.Windows) || !slices.Equal(a.Gone, b.Gone) ||
-		!slices.Equal(a.Shrunk, b.Shrunk) {
+		!slices.Equal(a.Shrunk, b.Shrunk) || !slices.Equal(a.ShrunkPrev, b.ShrunkPrev) {
 		return false
 	}
 	for i, w := range a.Windows {

@@ -37,7 +37,9 @@
 --          sharers of the epoch before (each −m for a founding epoch of
 --          m founders, ShareSize), n gone, then per gone sharer of the epoch its name, n shrunk,
 --          then per sharer that declared a shrink (SyncItem.Shrunk) its
---          name and count. The
+--          name and count, n shrunk of the epoch before, then per sharer
+--          of it that declared one (SyncItem.ShrunkPrev) its name and
+--          count. The
 --          key's fields: unused, want, waiting, denied, n hits, then per
 --          hit: at(µs) units (negative: a refund); release(µs, 0: none),
 --          n share hits, then per share hit: at(µs) units; n floors (0 or
@@ -173,61 +175,95 @@ end
 -- (unknownSharers).
 local UNKNOWN = -1 / 0
 
+-- declared_prev: declaredPrev, the declared shrinks of the epoch before
+-- now's (epoch), of an item of share epoch se; false if none.
+local function declared_prev(gone, se, epoch)
+  if epoch == se then return gone.declaredp elseif epoch == se + 1 then return gone.declared end
+  return false
+end
+
+-- shrunkLimit: what record r (share field f), one of n sharers of epoch
+-- x, may hold of share size lim: a share at the count it shrank its
+-- share of x to, or declared it shrank it to (declared: field → N), if
+-- less; a declared one is marked in counted.
+local function shrunk_limit(w, share, r, x, n, lim, f, declared, counted)
+  local kn = shrunk_n(r, x)
+  if kn > 0 and n > 0 then lim = min(lim, share_size(w, share, kn)) end
+  local k = declared and declared[f]
+  if k then
+    lim = min(lim, share_size(w, share, k))
+    counted[f] = true
+  end
+  return lim
+end
+
+-- unreportedShares: what unrep unreported sharers hold, size each, or
+-- those of them that declared a shrink (not counted with a record) a
+-- share at their count, if no more of them declared than are unreported.
+local function unreported_shares(w, share, unrep, size, declared, counted)
+  local held = 0
+  if declared then
+    local dn, dsum = 0, 0
+    for f, k in pairs(declared) do
+      if not counted[f] then dn, dsum = dn + 1, satadd(dsum, share_size(w, share, k)) end
+    end
+    if dn > 0 and dn <= unrep then held, unrep = dsum, unrep - dn end
+  end
+  return satadd(held, min(unrep * size, MAXEXACT))
+end
+
 -- KeyRecord.slidingShares: what a sliding window's shares of the epoch
--- before hold (np sharers) and those of the next epoch (nn, less those
--- released; UNKNOWN: share of the limit), share the share fraction.
-local function sliding_shares(shares, w, epoch, np, nn, share)
+-- before hold (np sharers; declared: their declared shrinks) and those of
+-- the next epoch (nn, less those released; UNKNOWN: share of the limit),
+-- share the share fraction.
+local function sliding_shares(shares, w, epoch, np, nn, share, declared)
   local size = share_size(w, share, np)
-  local prev, active, released = 0, 0, 0
-  for _, r in pairs(shares) do
+  local prev, active, released, counted = 0, 0, 0, {}
+  for f, r in pairs(shares) do
     if released_in(r, epoch + 1) then released = released + 1 end
     local s = {epoch = r.s.epoch, cur = r.s.cur, prev = r.s.prev, tat = r.s.tat}
     roll(s, w)
     local lp = lent_of(r, epoch - 1)
     local loan = lp > 0
-    local kn = shrunk_n(r, epoch - 1)
-    local shrunk = kn > 0
-    if loan or s.prev > 0 or released_in(r, epoch - 1) or shrunk then
+    if loan or s.prev > 0 or released_in(r, epoch - 1) or shrunk_n(r, epoch - 1) > 0 then
       local lim = size
       if loan then
         lim = lp
       else
         active = active + 1
-        if shrunk and np > 0 then lim = min(lim, share_size(w, share, kn)) end
+        lim = shrunk_limit(w, share, r, epoch - 1, np, lim, f, declared, counted)
       end
       if not released_in(r, epoch - 1) then prev = satadd(prev, satsub(lim, s.prev)) end
     end
   end
-  prev = satadd(prev, min(max(math.abs(np) - active, 0) * size, MAXEXACT))
+  prev = satadd(prev, unreported_shares(w, share, max(math.abs(np) - active, 0), size, declared, counted))
   if nn == UNKNOWN then return prev, idiv(floor(share * w.limit), 1) end
   return prev, min(max(math.abs(nn) - released, 0) * share_size(w, share, nn), MAXEXACT)
 end
 
 -- KeyRecord.bucketLeft: what the shares of past epoch x (n sharers;
--- UNKNOWN: share of the limit) hold that no share record reports, share
--- the share fraction.
-local function bucket_left(shares, w, x, n, share)
+-- UNKNOWN: share of the limit; declared: their declared shrinks) hold
+-- that no share record reports, share the share fraction.
+local function bucket_left(shares, w, x, n, share, declared)
   if n == UNKNOWN then return idiv(floor(share * w.limit), 1) end
   local size = share_size(w, share, n)
-  local left, active = 0, 0
-  for _, r in pairs(shares) do
+  local left, active, counted = 0, 0, {}
+  for f, r in pairs(shares) do
     local count = count_in(r.s, x)
     local lx = lent_of(r, x)
     local loan = lx > 0
-    local kn = shrunk_n(r, x)
-    local shrunk = kn > 0
-    if loan or count > 0 or released_in(r, x) or shrunk then
+    if loan or count > 0 or released_in(r, x) or shrunk_n(r, x) > 0 then
       local lim = size
       if loan then
         lim = lx
       else
         active = active + 1
-        if shrunk and n > 0 then lim = min(lim, share_size(w, share, kn)) end
+        lim = shrunk_limit(w, share, r, x, n, lim, f, declared, counted)
       end
       if not released_in(r, x) then left = satadd(left, satsub(lim, count)) end
     end
   end
-  return satadd(left, min(max(math.abs(n) - active, 0) * size, MAXEXACT))
+  return satadd(left, unreported_shares(w, share, max(math.abs(n) - active, 0), size, declared, counted))
 end
 
 -- KeyRecord.settle: at the first sync of epoch e, the shares of e−2 a
@@ -241,7 +277,7 @@ local function settle(rec, w, share)
     local shares, n = rec.shares, rec.syncedn
     if shares == NOSHARES then shares = {} end
     if n == MAXEXACT then n = UNKNOWN end
-    local left = bucket_left(shares, w, e - 2, n, share)
+    local left = bucket_left(shares, w, e - 2, n, share, false)
     if left > 0 then charge_at(rec.st[1], w, (e - 1) * w.p, left) end
   end
   rec.settled = e - 2
@@ -249,7 +285,7 @@ end
 
 -- KeyRecord.pend: what the shares of the epoch before hold that no record
 -- reports, held through this one; the sync noted for settle.
-local function pend(rec, w, se, ns, share)
+local function pend(rec, w, se, ns, share, gone)
   local e = w.e
   local n = UNKNOWN
   if se == e then n = ns[3] elseif se == e - 1 then n = ns[1] end
@@ -257,7 +293,7 @@ local function pend(rec, w, se, ns, share)
   if shares == NOSHARES then shares = {} end
   rec.synced, rec.syncedn = e, n
   if n == UNKNOWN then rec.syncedn = MAXEXACT end
-  return bucket_left(shares, w, e - 1, n, share)
+  return bucket_left(shares, w, e - 1, n, share, declared_prev(gone, se, e))
 end
 
 -- WindowState.Remaining of a token bucket at instant t (t ≥ now).
@@ -352,7 +388,7 @@ local function charge_shares(rec, ws, se, n, nn, np, gone, share, h, nsh, releas
     return MAXEXACT, 0, 0, MAXEXACT, false, true, false, MAXEXACT, MAXEXACT
   end
   local hprev, hnext = 0, 0
-  if alg ~= FIXED then hprev, hnext = sliding_shares(shares, w, epoch, np, nn, share) end
+  if alg ~= FIXED then hprev, hnext = sliding_shares(shares, w, epoch, np, nn, share, declared_prev(gone, se, epoch)) end
   local size = share_size(w, share, n)
   local all, own, released, returns, active, settled = 0, 0, 0, MAXEXACT, 0, 0
   local declared = epoch == se and gone.declared -- share field → N (SyncItem.Shrunk)
@@ -514,7 +550,20 @@ local function rule_at(a)
     end
   end
   gone.declared = declared
-  return ra, ws, share, nrep, lease, se, {sharers, nnext, nprev}, gone, a + 1 + 2 * nd
+  -- and those of the epoch before (SyncItem.ShrunkPrev), of counts above
+  -- its sharers
+  a = a + 1 + 2 * nd
+  local np, declaredp = num(a), false
+  for i = 0, np - 1 do
+    local k = tonum(args[a + 2 + 2 * i])
+    if nprev > 0 and k > nprev then
+      local f = 's:' .. args[a + 1 + 2 * i]
+      declaredp = declaredp or {}
+      declaredp[f] = max(declaredp[f] or 0, k)
+    end
+  end
+  gone.declaredp = declaredp
+  return ra, ws, share, nrep, lease, se, {sharers, nnext, nprev}, gone, a + 1 + 2 * np
 end
 
 -- sync applies the item whose arguments start at args[a] to key and
@@ -569,7 +618,7 @@ local function sync(key, a)
   end
   local held, ownheld, released, returns, carry, has, shrinkable, hprev, hnext =
     charge_shares(rec, ws, se, sharers, ns[2], ns[3], gone, share, shits, nsh, release, ahead, sfloor, lent, nrep, shrink, rprev)
-  if bucket then hprev = pend(rec, ws[1], se, ns, share_fraction(share)) end
+  if bucket then hprev = pend(rec, ws[1], se, ns, share_fraction(share), gone) end
 
   -- A sliding window is pressed for its shortest period from a report of
   -- requests waiting or denied.
