@@ -349,10 +349,10 @@ func (e *engine) bareItem(key string, x *contention, epoch, through, p int64, n 
 		it := SyncItem{Key: key, Algorithm: a, Windows: x.rule.Windows,
 			Replicas: n, Lease: lease, Shrink: n, ShareEpoch: epoch, Sharers: k,
 			SharersNext: mv.sharers(mv.shareBase(a, (epoch+1)*p, p), p), Gone: mv.gone(base, p)}
-		it.Shrunk = mv.shrunk(base, epoch*p, p)
+		it.Shrunk = mv.shrunk(a, base, epoch*p, p)
 		if a != FixedWindow {
 			prev := mv.shareBase(a, (epoch-1)*p, p)
-			it.SharersPrev, it.ShrunkPrev = mv.sharers(prev, p), mv.shrunk(prev, (epoch-1)*p, p)
+			it.SharersPrev, it.ShrunkPrev = mv.sharers(prev, p), mv.shrunk(a, prev, (epoch-1)*p, p)
 		}
 		*items = append(*items, it)
 	}

@@ -121,13 +121,13 @@ func (mv *memberView) gone(start, period int64) []string {
 }
 
 // shrunk is Membership.ShrunkOf for an epoch of period that began at
-// start whose sharers are those of base (store µs), from copy mv: what a
-// sync tells the store.
-func (mv *memberView) shrunk(base, start, period int64) []ShrunkSharer {
+// start of a rule of algorithm a whose sharers are those of base (store
+// µs), from copy mv: what a sync tells the store.
+func (mv *memberView) shrunk(a Algorithm, base, start, period int64) []ShrunkSharer {
 	if mv == nil {
 		return nil
 	}
-	return mv.m.ShrunkOf(base, start, period, lease)
+	return mv.m.ShrunkOf(base, start, period, lease, aheadShares(a))
 }
 
 // pushedPrev reports, for a sync made at store instant snow of a key of
@@ -162,10 +162,10 @@ func (e *engine) shareFields(cs *creditState, it *SyncItem, snow, now int64) {
 	it.Sharers = mv.sharers(base, p)
 	it.SharersNext = mv.sharers(mv.shareBase(cs.rule.Algorithm, start+p, p), p)
 	it.Gone = mv.gone(base, p)
-	it.Shrunk = mv.shrunk(base, start, p)
+	it.Shrunk = mv.shrunk(cs.rule.Algorithm, base, start, p)
 	if cs.rule.Algorithm != FixedWindow { // the epoch before's count
 		prev := mv.shareBase(cs.rule.Algorithm, start-p, p)
-		it.SharersPrev, it.ShrunkPrev = mv.sharers(prev, p), mv.shrunk(prev, start-p, p)
+		it.SharersPrev, it.ShrunkPrev = mv.sharers(prev, p), mv.shrunk(cs.rule.Algorithm, prev, start-p, p)
 		it.ReleasePrev = e.pushedPrev(cs.rule.Algorithm, mv, snow, p, now) // with takeShare's hits
 	}
 	e.loanFields(cs, it, mv, snow, now)

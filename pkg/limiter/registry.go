@@ -71,6 +71,12 @@ type Member struct {
 	// of a burst equal to its rate reckons any other in its own window,
 	// counting none): while one may be live, none is held (AheadReady).
 	Ahead bool
+	// DeclaresAhead marks a replica of a version whose declared shrink
+	// (Shrink) holds its shares of a sliding window and of a token
+	// bucket too, not only of a fixed window's: only such a one is named
+	// shrunk in those rules' syncs (ShrunkOf). One of an earlier version
+	// shrinks them key by key or releases them.
+	DeclaresAhead bool
 }
 
 // AheadReady reports whether a sliding window's or a token bucket's
@@ -318,13 +324,15 @@ func (m Membership) Gone(start, period int64, lease time.Duration) []string {
 // are one), as are the sharers of a founding epoch. Nil when there are
 // none.
 func (m Membership) Shrunk(start, period int64, lease time.Duration) []ShrunkSharer {
-	return m.ShrunkOf(start, start, period, lease)
+	return m.ShrunkOf(start, start, period, lease, false)
 }
 
 // ShrunkOf is Shrunk for a window whose sharers are those of the window
 // that began at base (a sliding window's or a token bucket's are the
-// window's before, shareBase); start is when the window began.
-func (m Membership) ShrunkOf(base, start, period int64, lease time.Duration) []ShrunkSharer {
+// window's before, shareBase); start is when the window began. Of a
+// sliding window or a token bucket (ahead), only sharers whose
+// declarations hold their shares of those are named (DeclaresAhead).
+func (m Membership) ShrunkOf(base, start, period int64, lease time.Duration, ahead bool) []ShrunkSharer {
 	n := m.Sharers(base, period, lease)
 	if n <= 0 {
 		return nil
@@ -332,7 +340,7 @@ func (m Membership) ShrunkOf(base, start, period int64, lease time.Duration) []S
 	lu := int64(lease / time.Microsecond)
 	var out []ShrunkSharer
 	for i, x := range m.Members {
-		if !x.Shrink.coversOf(base, start, period, n) || x.Joined > base-lu || x.Expires <= base {
+		if !x.Shrink.coversOf(base, start, period, n) || x.Joined > base-lu || x.Expires <= base || ahead && !x.DeclaresAhead {
 			continue
 		}
 		twice := false

@@ -279,7 +279,9 @@ func testMembers(t *testing.T, st limiter.Store) {
 	members := func(what string, m limiter.Membership, want ...limiter.Member) {
 		t.Helper()
 		for i := range want {
-			want[i].Ahead = true // every replica here counts a sliding window's and a token bucket's shares
+			// every replica here counts a sliding window's and a token
+			// bucket's shares, and shrinks them by its declared shrink
+			want[i].Ahead, want[i].DeclaresAhead = true, true
 		}
 		if got, want := sorted(m.Members), sorted(want); !slices.Equal(got, want) {
 			t.Fatalf("%s: members %v, want %v", what, got, want)

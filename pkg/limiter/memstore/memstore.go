@@ -207,7 +207,8 @@ func (s *Store) Heartbeat(ctx context.Context, replica string, lease time.Durati
 		m.Joined, m.Left = now, false // new, or back after its lease ended
 	}
 	m.Expires = now + int64(lease/time.Microsecond)
-	m.Ahead = true // this version counts a sliding window's and a token bucket's shares
+	m.Ahead = true         // this version counts a sliding window's and a token bucket's shares
+	m.DeclaresAhead = true // and shrinks them by its declared shrink
 	s.replicas[replica] = m
 	s.forget(now)
 	out := limiter.Membership{Now: now, Since: s.since, Joined: m.Joined, Members: make([]limiter.Member, 0, len(s.replicas))}

@@ -65,7 +65,7 @@ func membership(cmd *redis.Cmd) (limiter.Membership, error) {
 		}
 		name, _, _ := strings.Cut(id, "\x00")
 		d, _ := v[i+4].(string)
-		m.Members = append(m.Members, limiter.Member{Joined: x[0], Expires: x[1], Caller: x[2]&1 != 0, Left: x[2]&2 != 0, Ahead: x[2]&4 != 0, Name: name,
+		m.Members = append(m.Members, limiter.Member{Joined: x[0], Expires: x[1], Caller: x[2]&1 != 0, Left: x[2]&2 != 0, Ahead: x[2]&4 != 0, DeclaresAhead: x[2]&8 != 0, Name: name,
 			Shrink: parseDeclaration(d)})
 	}
 	return m, nil

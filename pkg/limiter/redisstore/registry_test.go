@@ -62,7 +62,7 @@ func TestRegistryForgets(t *testing.T) {
 				if err := client.ZAdd(ctx, st.RegistryKey(), redis.Z{Score: float64(p.expires), Member: p.id}).Err(); err != nil {
 					t.Fatal(err)
 				}
-				if err := client.HSet(ctx, st.JoinedKey(), "j:"+p.id, p.joined, "v:"+p.id, "2").Err(); err != nil {
+				if err := client.HSet(ctx, st.JoinedKey(), "j:"+p.id, p.joined, "v:"+p.id, "3").Err(); err != nil {
 					t.Fatal(err)
 				}
 			}
@@ -132,6 +132,12 @@ func TestRegistryOldVersion(t *testing.T) {
 	if err := client.HSet(ctx, st.JoinedKey(), "j:v1", now, "v:v1", "1").Err(); err != nil {
 		t.Fatal(err)
 	}
+	if err := client.ZAdd(ctx, st.RegistryKey(), redis.Z{Score: float64(now + 60_000_000), Member: "v2"}).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if err := client.HSet(ctx, st.JoinedKey(), "j:v2", now, "v:v2", "2").Err(); err != nil {
+		t.Fatal(err)
+	}
 	if _, err := st.Heartbeat(ctx, "new", 10*time.Millisecond); err != nil {
 		t.Fatal(err)
 	}
@@ -140,12 +146,17 @@ func TestRegistryOldVersion(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	sliding := map[string][]bool{}
+	sliding, declares := map[string][]bool{}, map[string][]bool{}
 	for _, x := range m.Members {
 		sliding[x.Name] = append(sliding[x.Name], x.Ahead)
+		declares[x.Name] = append(declares[x.Name], x.DeclaresAhead)
 	}
-	if fmt.Sprint(sliding["old"]) != "[false]" || fmt.Sprint(sliding["v1"]) != "[false]" || fmt.Sprint(sliding["new"]) != "[true true]" {
-		t.Fatalf("Ahead by member: %v; want old and v1 false, new's two incarnations true", sliding)
+	if fmt.Sprint(sliding["old"]) != "[false]" || fmt.Sprint(sliding["v1"]) != "[false]" || fmt.Sprint(sliding["v2"]) != "[true]" ||
+		fmt.Sprint(sliding["new"]) != "[true true]" {
+		t.Fatalf("Ahead by member: %v; want old and v1 false, v2 and new's two incarnations true", sliding)
+	}
+	if fmt.Sprint(declares["v2"]) != "[false]" || fmt.Sprint(declares["new"]) != "[true true]" {
+		t.Fatalf("DeclaresAhead by member: %v; want v2 false, new's two incarnations true", declares)
 	}
 	if v, err := client.HGet(ctx, st.JoinedKey(), "v:v1").Result(); err != nil || v != "1" {
 		t.Errorf("v1's version: %q, %v; want it left as it was", v, err)

@@ -18,18 +18,21 @@
 --                    again
 --            v:<id>  the version of replica id's share protocol, set by
 --                    every heartbeat and kept by an earlier incarnation:
---                    "2" (this script) counts the static shares of a
---                    sliding window and of a token bucket of any burst
+--                    "3" (this script) shrinks a sliding window's and a
+--                    token bucket's shares by its declared shrink too;
+--                    "2" counts the static shares of a sliding window
+--                    and of a token bucket of any burst
 --                    (bucket_epoch.go); "1" those of a sliding window and
 --                    of a token bucket whose burst is its rate; an
---                    earlier version sets none. Member.Ahead is "2".
+--                    earlier version sets none. Member.Ahead is "2" or
+--                    later, Member.DeclaresAhead "3" or later.
 --            since   the latest lease end the registry forgot, µs
 --                    (absent: 0)
 -- ARGV     replica, lease(µs)
 -- Reply    now, live replicas (at least 1), since, when replica joined,
 --          then per member: joined, expires, flags (1: one of replica's
 --          own incarnations; 2: it left by leave.lua; 4: its version is
---          "2" or later), id, its declared shrink ("at n until"; "":
+--          "2" or later; 8: "3" or later), id, its declared shrink ("at n until"; "":
 --          none)
 --
 -- The registry remembers a replica RETAIN after its lease ends, at most
@@ -70,7 +73,7 @@ else
   redis.call('HSET', meta, joined, fmt(now))
   redis.call('HDEL', meta, 'd:' .. replica) -- a shrink is of the incarnation that declared it
 end
-redis.call('HSET', meta, 'v:' .. replica, '2')
+redis.call('HSET', meta, 'v:' .. replica, '3')
 local mine = tonumber(redis.call('HGET', meta, joined))
 redis.call('ZADD', reg, fmt(now + tonumber(ARGV[2])), replica)
 redis.call('PERSIST', reg) -- earlier versions gave the registry an expiry
@@ -117,7 +120,9 @@ if #members > 0 then
     local flags = (id == replica or string.sub(id, 1, #own) == own) and 1 or 0
     local left = meta_of[4 * i - 2]
     if left and tonumber(left) == tonumber(members[2 * i]) then flags = flags + 2 end
-    if (tonumber(meta_of[4 * i] or '0') or 0) >= 2 then flags = flags + 4 end
+    local v = tonumber(meta_of[4 * i] or '0') or 0
+    if v >= 2 then flags = flags + 4 end
+    if v >= 3 then flags = flags + 8 end
     out[#out + 1] = flags
     out[#out + 1] = id
     out[#out + 1] = meta_of[4 * i - 1] or ''
