@@ -197,12 +197,12 @@ func rtNewcomerDenials(t *testing.T, calls []rtCall, stalls *rtStalls, isNew fun
 // TestRealtimeScaleOutSliding is TestRealtimeScaleOutKeepsShares of a
 // sliding window, in the first window its two replicas hold shares of
 // (they begin a window later, rtSharesFrom): the newcomers' first
-// requests of a key publish it to shrink, the old replicas shrink their
-// shares key by key and go on deciding locally, and the newcomers
-// borrow. Every round is recorded and replayed through the Go
+// requests of a key borrow a share the old replicas' declared shrink
+// freed (or, before it is known, publish the key to shrink), and the
+// old replicas go on deciding locally. Every round is recorded and replayed through the Go
 // reference, which must answer as Redis did. Measured: 2 401 decisions,
-// none denied, the old replicas' 1 200 all local; released, not shrunk
-// (a9c5629), 492 of them were.
+// none denied, the old replicas' 1 200 all local with no round (their
+// shrink declared); released, not shrunk (a9c5629), 492 of them were.
 func TestRealtimeScaleOutSliding(t *testing.T) {
 	rtScaleOutAhead(t, limiter.SlidingWindow)
 }
