@@ -142,11 +142,17 @@ func (rec ShareRecord) lent(e int64) bool { return rec.lentOf(e) > 0 }
 
 // lentOf is the size of the record's loan of epoch e; zero: none.
 func (rec ShareRecord) lentOf(e int64) uint64 {
-	switch {
-	case rec.LentEpoch == e:
-		return rec.Lent
-	case rec.LentEpoch == e+1:
-		return rec.LentPrev
+	return ofEpoch(e, rec.LentEpoch, rec.Lent, rec.LentPrev)
+}
+
+// ofEpoch is what a record keeps of epoch e, holding cur of epoch at and
+// prev of the one before: zero of any other.
+func ofEpoch[T uint64 | int](e, at int64, cur, prev T) T {
+	switch e {
+	case at:
+		return cur
+	case at - 1:
+		return prev
 	}
 	return 0
 }
@@ -165,13 +171,7 @@ func (rec ShareRecord) shrunk(e int64) bool { return rec.shrunkN(e) > 0 }
 // shrunkN is the count the record's share of epoch e was shrunk to;
 // zero: not shrunk.
 func (rec ShareRecord) shrunkN(e int64) int {
-	switch {
-	case rec.ShrinkEpoch == e:
-		return rec.ShrinkN
-	case rec.ShrinkEpoch == e+1:
-		return rec.ShrinkPrevN
-	}
-	return 0
+	return ofEpoch(e, rec.ShrinkEpoch, rec.ShrinkN, rec.ShrinkPrevN)
 }
 
 // sharesOf reports whether it gives its rule static shares.

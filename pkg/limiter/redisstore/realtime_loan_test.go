@@ -91,30 +91,15 @@ func TestRealtimeLoanAfterRollingUpdate(t *testing.T) {
 func TestRealtimeScaleOutKeepsShares(t *testing.T) {
 	g, rule, keys := rtMidWindow(t, "realtime-scale-shrink")
 	w := rule.Windows[0]
-	g.add()
-	g.add()
-	time.Sleep(1500 * time.Millisecond) // the old replicas hear of the new ones
-	stalls := rtWatchStalls()
-	calls, start, end := rtRunInWindow(t, g, rule, keys)
-	stalls.close()
-	var onOld, oldLocal, onNew, newLocal, denied int
+	calls, start, end, stalls := rtScaleOutRun(t, g, rule, keys)
+	denied := 0
 	for _, c := range calls {
 		if !c.ok {
 			denied++
 		}
-		local := c.mode == limiter.ModeLocal
-		if c.replica < 2 {
-			onOld++
-			if local {
-				oldLocal++
-			}
-		} else {
-			onNew++
-			if local {
-				newLocal++
-			}
-		}
 	}
+	onOld, oldLocal := rtLocalOn(calls, func(c rtCall) bool { return c.replica < 2 })
+	onNew, newLocal := rtLocalOn(calls, func(c rtCall) bool { return c.replica >= 2 })
 	t.Logf("%d decisions, %d denied; on the old replicas %d, %d local; on the new ones %d, %d local; modes %v",
 		len(calls), denied, onOld, oldLocal, onNew, newLocal, rtModes(calls))
 	var cold []rtCall
@@ -199,8 +184,8 @@ func rtNewcomerDenials(t *testing.T, calls []rtCall, stalls *rtStalls, isNew fun
 // (they begin a window later, rtSharesFrom): the newcomers' first
 // requests of a key borrow a share the old replicas' declared shrink
 // freed (or, before it is known, publish the key to shrink), and the
-// old replicas go on deciding locally. Every round is recorded and replayed through the Go
-// reference, which must answer as Redis did. Measured: 2 401 decisions,
+// old replicas go on deciding locally. Every round is recorded and
+// replayed through the Go reference, which must answer as Redis did. Measured: 2 401 decisions,
 // none denied, the old replicas' 1 200 all local with no round (their
 // shrink declared); released, not shrunk (a9c5629), 492 of them were.
 func TestRealtimeScaleOutSliding(t *testing.T) {
@@ -224,21 +209,8 @@ func rtScaleOutAhead(t *testing.T, a limiter.Algorithm) {
 	g := rtGroupRecorded(t, srv.Addr, "realtime-scale-"+a.String(), 2, rec)
 	from := rtSharesFrom(rule, rtShareWindow(t, g, rtPeriod, 8*time.Second))
 	time.Sleep(time.Until(from.Add(time.Second)))
-	g.add()
-	g.add()
-	time.Sleep(1500 * time.Millisecond) // the old replicas hear of the new ones
-	stalls := rtWatchStalls()
-	calls, start, end := rtRunInWindow(t, g, rule, keys)
-	stalls.close()
-	var onOld, oldLocal int
-	for _, c := range calls {
-		if c.replica < 2 {
-			onOld++
-			if c.mode == limiter.ModeLocal {
-				oldLocal++
-			}
-		}
-	}
+	calls, start, end, stalls := rtScaleOutRun(t, g, rule, keys)
+	onOld, oldLocal := rtLocalOn(calls, func(c rtCall) bool { return c.replica < 2 })
 	t.Logf("%d decisions; on the old replicas %d, %d local; modes %v", len(calls), onOld, oldLocal, rtModes(calls))
 	g.logStats(t)
 	rtNewcomerDenials(t, calls, stalls, func(c rtCall) bool { return c.replica >= 2 })
@@ -252,4 +224,30 @@ func rtScaleOutAhead(t *testing.T, a limiter.Algorithm) {
 	}
 	g.stop()
 	rec.replay(t)
+}
+
+// rtLocalOn counts the calls of which (on) and those of them decided
+// locally.
+func rtLocalOn(calls []rtCall, of func(rtCall) bool) (on, local int) {
+	for _, c := range calls {
+		if of(c) {
+			on++
+			if c.mode == limiter.ModeLocal {
+				local++
+			}
+		}
+	}
+	return on, local
+}
+
+// rtScaleOutRun adds two replicas to g's two, lets the old ones hear of
+// them, and runs rtRunInWindow, watching the scheduler.
+func rtScaleOutRun(t *testing.T, g *rtGroup, rule *limiter.Rule, keys [][]byte) (calls []rtCall, start, end time.Time, stalls *rtStalls) {
+	g.add()
+	g.add()
+	time.Sleep(1500 * time.Millisecond) // the old replicas hear of the new ones
+	stalls = rtWatchStalls()
+	calls, start, end = rtRunInWindow(t, g, rule, keys)
+	stalls.close()
+	return calls, start, end, stalls
 }

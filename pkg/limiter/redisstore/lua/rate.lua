@@ -512,6 +512,22 @@ end
 -- TIME); false for a call of one key. Nothing writes to a rule once read.
 local rules
 
+-- declared_at reads a list of declared shrinks at args[a] (n, then name
+-- and count each) into share field → N, the largest if named twice, of
+-- counts above n sharers; false if none. It returns where the list ends.
+local function declared_at(a, n)
+  local nd, declared = num(a), false
+  for i = 0, nd - 1 do
+    local k = tonum(args[a + 2 + 2 * i])
+    if n > 0 and k > n then
+      local f = 's:' .. args[a + 1 + 2 * i]
+      declared = declared or {}
+      declared[f] = max(declared[f] or 0, k)
+    end
+  end
+  return declared, a + 1 + 2 * nd
+end
+
 -- rule_at reads the rule whose arguments start at args[a] and returns
 -- its fields and where the key's own arguments start.
 local function rule_at(a)
@@ -535,35 +551,13 @@ local function rule_at(a)
       gone.n = gone.n + 1
     end
   end
-  -- the declared shrinks (SyncItem.Shrunk): share field → N, the largest
-  -- if named twice, of counts above the sharers; false if none. They ride
-  -- in gone (gone.declared), which the call's later keys of the rule
-  -- share: nothing writes to either.
-  a = a + 8 + ng
-  local nd, declared = num(a), false
-  for i = 0, nd - 1 do
-    local k = tonum(args[a + 2 + 2 * i])
-    if sharers > 0 and k > sharers then
-      local f = 's:' .. args[a + 1 + 2 * i]
-      declared = declared or {}
-      declared[f] = max(declared[f] or 0, k)
-    end
-  end
-  gone.declared = declared
-  -- and those of the epoch before (SyncItem.ShrunkPrev), of counts above
-  -- its sharers
-  a = a + 1 + 2 * nd
-  local np, declaredp = num(a), false
-  for i = 0, np - 1 do
-    local k = tonum(args[a + 2 + 2 * i])
-    if nprev > 0 and k > nprev then
-      local f = 's:' .. args[a + 1 + 2 * i]
-      declaredp = declaredp or {}
-      declaredp[f] = max(declaredp[f] or 0, k)
-    end
-  end
-  gone.declaredp = declaredp
-  return ra, ws, share, nrep, lease, se, {sharers, nnext, nprev}, gone, a + 1 + 2 * np
+  -- the declared shrinks (SyncItem.Shrunk) and those of the epoch before
+  -- (SyncItem.ShrunkPrev). They ride in gone (gone.declared,
+  -- gone.declaredp), which the call's later keys of the rule share:
+  -- nothing writes to either.
+  gone.declared, a = declared_at(a + 8 + ng, sharers)
+  gone.declaredp, a = declared_at(a, nprev)
+  return ra, ws, share, nrep, lease, se, {sharers, nnext, nprev}, gone, a
 end
 
 -- sync applies the item whose arguments start at args[a] to key and
