@@ -330,7 +330,7 @@ func (e *engine) apply(cs *creditState, r *SyncResult) {
 		e.kick()
 	}
 	if len(cs.waiters) > 0 {
-		cs.settleWaiters(e, now, r.Contended, now < backed)
+		cs.settleWaiters(e, now, r.Contended, now < backed, int64(r.Credit) > cs.unused)
 	}
 	if cs.kicked.Load() || len(cs.waiters) > 0 {
 		e.enqueue(cs) // asked again while the round was in flight

@@ -296,7 +296,7 @@ func (cs *creditState) overrunShare(e *engine, now int64) int64 {
 // shares they need are held or the round asked for them all and got
 // nothing, when they wait for the next tick, and for the release
 // (releasing) past their StoreTimeout. cs.mu must be held.
-func (cs *creditState) settleWaiters(e *engine, now int64, contended, usable bool) {
+func (cs *creditState) settleWaiters(e *engine, now int64, contended, usable, gained bool) {
 	snow := e.storeNow(now)
 	cs.answerWaiters(func(n int64) bool { return cs.releasedWait(snow, n) > 0 }, false)
 	if wait := cs.releasedWait(snow, 1); wait > 0 && cs.credit.Load() <= 0 {
@@ -314,10 +314,13 @@ func (cs *creditState) settleWaiters(e *engine, now int64, contended, usable boo
 		cs.releasing.Store(max(cs.releasing.Load(), now+int64(contentionWait)))
 	}
 	// At once only when this round could not have served them: it granted
-	// units, or more are waiting than it asked for. A round that asked
-	// for them all and got nothing would get nothing again: the next
-	// tick's round asks, rather than a loop of rounds with no pause.
-	if usable && !contended && !held && (cs.grant.Load() > 0 || cs.waiting > cs.asked) {
+	// units it did not hold before (gained), or more are waiting than it
+	// asked for. A round that asked for them all and got nothing new
+	// would get nothing again: the next tick's round asks, rather than a
+	// loop of rounds with no pause. (One that kept the credit it had, too
+	// little for a request of several units, and kicked again, looped in
+	// one instant: a simulation's virtual clock stopped there.)
+	if usable && !contended && !held && (gained || cs.waiting > cs.asked) {
 		e.kick()
 	}
 }
