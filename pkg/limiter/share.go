@@ -373,14 +373,8 @@ func (r *KeyRecord) chargeShares(replica string, it *SyncItem, ws []Window, now 
 			if gone > 0 && epoch == it.ShareEpoch && slices.Contains(it.Gone, id) {
 				gone-- // a gone sharer's record counts as any other
 			}
-			if rec.shrunk(epoch) && n > 0 {
-				rw.Limit = min(size, ShareSize(w, frac, rec.shrunkN(epoch)))
-			}
 			k, ok := declared[id]
-			if ok {
-				rw.Limit = min(rw.Limit, ShareSize(w, frac, k))
-				delete(declared, id) // counted with its record
-			}
+			rw.Limit = shrunkLimit(w, frac, rec, epoch, n, size, id, declared) // a declared one counted with its record
 			if rec.releasedIn(epoch) || rec.shrunkN(epoch) >= it.Replicas || ok && k >= it.Replicas ||
 				epoch == it.ShareEpoch && slices.Contains(it.Gone, id) {
 				settled++

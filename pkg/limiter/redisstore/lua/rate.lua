@@ -392,7 +392,7 @@ local function charge_shares(rec, ws, se, n, nn, np, gone, share, h, nsh, releas
   local size = share_size(w, share, n)
   local all, own, released, returns, active, settled = 0, 0, 0, MAXEXACT, 0, 0
   local declared = epoch == se and gone.declared -- share field → N (SyncItem.Shrunk)
-  local withrec = false -- the declared sharers counted with their records
+  local withrec = {} -- the declared sharers counted with their records
   for f, r in pairs(shares) do
     local s = {epoch = r.s.epoch, cur = r.s.cur, prev = r.s.prev, tat = r.s.tat}
     roll(s, w)
@@ -410,13 +410,8 @@ local function charge_shares(rec, ws, se, n, nn, np, gone, share, h, nsh, releas
       else
         active = active + 1
         if ng > 0 and gone[f] then ng = ng - 1 end
-        if shrunk and n > 0 then lim = min(size, share_size(w, share, kn)) end
         local k = declared and declared[f]
-        if k then
-          lim = min(lim, share_size(w, share, k))
-          withrec = withrec or {}
-          withrec[f] = true
-        end
+        lim = shrunk_limit(w, share, r, epoch, n, lim, f, declared, withrec)
         if rel or shrunk and kn >= nrep or k and k >= nrep or epoch == se and gone[f] then
           settled = settled + 1
         end
@@ -438,7 +433,7 @@ local function charge_shares(rec, ws, se, n, nn, np, gone, share, h, nsh, releas
   if declared then
     local dn, dsum, dset = 0, 0, 0
     for f, k in pairs(declared) do
-      if not (withrec and withrec[f]) and not gone[f] then
+      if not withrec[f] and not gone[f] then
         dn, dsum = dn + 1, satadd(dsum, share_size(w, share, k))
         if k >= nrep then dset = dset + 1 end
       end
