@@ -50,6 +50,9 @@ func (e *engine) wait(cs *creditState, rule *Rule, n int64, now int64) Result {
 			until = max(until, min(cs.releasing.Load(), last))
 		}
 		if until <= now {
+			until = e.nextShareEpoch(cs, now, last)
+		}
+		if until <= now {
 			break
 		}
 		t.Reset(time.Duration(until - now))
@@ -95,6 +98,27 @@ func (e *engine) wait(cs *creditState, rule *Rule, n int64, now int64) Result {
 	e.viewResult(&res, cs, now, ok, wait)
 	res.Mode = ModeOverrun
 	return res
+}
+
+// nextShareEpoch is when a waiter about to give up on a key with a
+// static share waits until instead: the local instant this replica
+// knows the key's next epoch has begun, if that comes by last, on a
+// store fast enough for its clock's uncertainty to be narrow. The next
+// epoch's share serves it there (serveFromShare, shareAfterWait): a
+// request a few milliseconds from a window's end, denied for units the
+// other replicas held of that window, is admitted from the next one,
+// which counts it as the store would. Zero otherwise.
+func (e *engine) nextShareEpoch(cs *creditState, now, last int64) int64 {
+	if cs.share == nil || !e.fastStore() {
+		return 0
+	}
+	slack := e.clockErr.Load()/1000 + 1
+	p := int64(cs.ws[0].Period)
+	snow := e.storeNow(now)
+	if at := e.localOf((snow/p+1)*p + slack); at > now && at <= last {
+		return at
+	}
+	return 0
 }
 
 // shareAfterWait admits a timed-out waiter from the key's static share:

@@ -381,21 +381,26 @@ func TestSimSkewedManyKeys(t *testing.T) {
 // 21–31; with releases waited for up to 90 ms, 9–12 and 10–12); when it
 // did not wait past StoreTimeout, 8-ms calls left 314–334. Waiting up to
 // StoreTimeout + 180 ms: 6–12 for either delay, 0–1 of them also by
-// decision time (12 runs). No window may go over, and no decision waits
-// longer than StoreTimeout + contentionWait.
+// decision time (12 runs). Of 8-ms calls, those by decision time were
+// waiters that gave up a few milliseconds before the second ended
+// (1 in 10 of 20 runs): they now wait for the next second's share
+// (nextShareEpoch), and none is left in 60 runs; 12-ms calls, over
+// StoreTimeout, still leave 0–1 (a store that slow may deny a key near
+// its limit). No window may go over, and no decision waits longer than
+// StoreTimeout + contentionWait.
 func TestSimSkewedRoundsNearTimeout(t *testing.T) {
 	largeSim(t)
 	t.Parallel()
 	for _, c := range []struct {
-		delay time.Duration
-		bound int
-	}{{8 * time.Millisecond, 25}, {12 * time.Millisecond, 25}} {
+		delay       time.Duration
+		bound, sure int
+	}{{8 * time.Millisecond, 25, 0}, {12 * time.Millisecond, 25, 4}} {
 		t.Run(c.delay.String(), func(t *testing.T) {
 			t.Parallel()
 			r := keySim{rule: perSecond(10), replicas: 4, keys: 1000, zipf: 1.1, rate: 3000,
 				duration: 20 * time.Second, measureFrom: 5 * time.Second,
 				during: func(r *keyRun) { r.faulty.SetDelay(c.delay) }}.run(t)
-			r.checkLate(t, c.bound, 4)
+			r.checkLate(t, c.bound, c.sure)
 		})
 	}
 }
