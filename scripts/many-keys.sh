@@ -170,11 +170,12 @@ SENT = {"evalsha", "eval", "evalsha_ro", "eval_ro", "script", "hello", "ping", "
 OWN = {"info", "flushall"}
 
 def snapshot(stats, cpu, urls):
-    calls = {}
+    calls, usec = {}, {}
     for line in open(stats):
-        m = re.match(r"cmdstat_([^:]+):calls=(\d+),", line.strip())
+        m = re.match(r"cmdstat_([^:]+):calls=(\d+),usec=(\d+),", line.strip())
         if m:
             calls[m.group(1)] = int(m.group(2))
+            usec[m.group(1)] = int(m.group(3))
     used = 0.0
     for line in open(cpu):
         name, _, v = line.strip().partition(":")
@@ -197,7 +198,7 @@ def snapshot(stats, cpu, urls):
             modes[mode] = modes.get(mode, 0) + float(value)
             if 'outcome="over_limit"' in labels:
                 denied[mode] = denied.get(mode, 0) + float(value)
-    print(json.dumps({"calls": calls, "cpu": used, "modes": modes, "denied": denied, "scraped": scraped, "urls": len(urls)}))
+    print(json.dumps({"calls": calls, "usec": usec, "cpu": used, "modes": modes, "denied": denied, "scraped": scraped, "urls": len(urls)}))
 
 def diff(before, after):
     b, a = json.load(open(before)), json.load(open(after))
@@ -206,6 +207,8 @@ def diff(before, after):
     denied = {k: v - b["denied"].get(k, 0) for k, v in a["denied"].items()}
     return {
         "sent": sum(v for k, v in calls.items() if k.split("|")[0] in SENT),
+        "calls": {k: v for k, v in calls.items() if v},
+        "usec": {k: v - b.get("usec", {}).get(k, 0) for k, v in a.get("usec", {}).items() if k.split("|")[0] not in OWN},
         "all": sum(calls.values()),
         "cpu": a["cpu"] - b["cpu"],
         "modes": {k: int(v) for k, v in sorted(modes.items()) if v},
@@ -317,6 +320,12 @@ def tables(rows_file, duration, keys, c, zkeys, zipf):
             print()
             print("Decisions by mode: " + (", ".join(f"{k} {fmt(v)}" + (f' ({fmt(x["denied"][k])} over_limit)' if k in x["denied"] else "")
                                                      for k, v in x["modes"].items()) or "–"))
+            dec = sum(x["modes"].values())
+            if dec:
+                print()
+                print(f'Redis: {fmt(x["sent"])} commands sent ({x["sent"] * 100000 / dec:,.0f} per 100k decisions), '
+                      f'{x["cpu"] * 1000 * 100000 / dec:.0f} ms of CPU per 100k decisions. Calls by command: '
+                      + ", ".join(f"{k} {fmt(v)} ({x['usec'].get(k, 0) / 1000:.0f} ms)" for k, v in sorted(x.get("calls", {}).items(), key=lambda kv: -x["usec"].get(kv[0], 0))[:8]) + ".")
 
 cmd = sys.argv[1]
 if cmd == "snapshot":
