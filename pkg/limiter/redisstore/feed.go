@@ -34,25 +34,31 @@ const (
 	feedTTL = time.Hour
 )
 
-// publish adds the items whose result is contended to the feed, in one
+// publish adds the items whose result is contended to the feed, and
+// those that free units others wait for (SyncItem.Frees) as freed, in one
 // pipeline. It is best effort: the round's syncs are applied whatever
-// becomes of it, and a replica still short of budget is contended again
-// at its next sync, which publishes the key again.
+// becomes of it, a replica still short of budget is contended again at
+// its next sync, which publishes the key again, and one whose requests
+// wait for units freed syncs the key again within heldRetry.
 func (s *Store) publish(ctx context.Context, replica string, items []limiter.SyncItem, out []limiter.SyncResult) {
 	var pipe redis.Pipeliner
 	key := s.keys.feed()
 	for i := range items {
-		if !out[i].Contended {
+		it := &items[i]
+		if !out[i].Contended && !it.Frees {
 			continue
 		}
 		if pipe == nil {
 			pipe = s.c.Pipeline()
 		}
-		it := &items[i]
-		pipe.XAdd(ctx, &redis.XAddArgs{Stream: key, MaxLen: feedLen, Approx: true, Values: []any{
+		values := []any{
 			"key", it.Key, "algorithm", int(it.Algorithm), "windows", encodeWindows(it.Windows), "replica", replica,
 			"at", out[i].Now, "shrink", shrinkArg(it, out[i]),
-		}})
+		}
+		if !out[i].Contended {
+			values = append(values, "freed", 1)
+		}
+		pipe.XAdd(ctx, &redis.XAddArgs{Stream: key, MaxLen: feedLen, Approx: true, Values: values})
 	}
 	if pipe == nil {
 		return
@@ -193,8 +199,9 @@ func decodeContended(v map[string]any) (limiter.Contended, error) {
 			return c, fmt.Errorf("shrink %q", s)
 		}
 	}
+	_, freed := v["freed"] // absent from contentions and from entries of older replicas
 	return limiter.Contended{Key: key, Algorithm: limiter.Algorithm(a), Windows: ws, Replica: replica, At: at,
-		Shrink: shrink}, nil
+		Shrink: shrink, Freed: freed}, nil
 }
 
 // shrinkArg is the feed entry's shrink: the caller's live count if the
