@@ -15,9 +15,7 @@ import (
 // the rest of its share of the key in that epoch, pushing its share hits
 // with the release, and hands back its unused credit: a key at its limit
 // is shared by credit alone, whose last units go to the requests that
-// wait for them. Those releases and hand-backs are published too, the key
-// freed (SyncItem.Frees): the replica whose requests wait syncs it then
-// (freed), and polls the store only as a fallback (heldRetry). Those requests wait past their StoreTimeout for it, up
+// wait for them. Those requests wait past their StoreTimeout for it, up
 // to contentionWait, while the store answers fast enough for a release
 // and a round to fit in that time; a request is denied at once only when
 // the window is full but for what others hold and use. A key still at
@@ -156,14 +154,9 @@ func (e *engine) followFeed(ctx context.Context, fw FeedWaiter) {
 // needed, and giving them up would send this replica's own requests of
 // the new window to the store.
 func (e *engine) contendAll(cs []Contended) {
-	now := e.now()
-	snow := e.storeNow(now)
-	shrink, freed := false, false
+	snow := e.storeNow(e.now())
+	shrink := false
 	for _, c := range cs {
-		if c.Freed {
-			freed = e.freed(c.Key, now) || freed
-			continue
-		}
 		if len(c.Windows) == 1 && shareableWindow(c.Algorithm, c.Windows[0]) && c.Windows[0].Period >= time.Microsecond {
 			at := snow
 			if c.At > 0 {
@@ -172,12 +165,10 @@ func (e *engine) contendAll(cs []Contended) {
 			shrink = e.contend(c, at/int64(c.Windows[0].Period/time.Microsecond), c.Shrink) || shrink
 		}
 	}
-	if shrink || freed {
+	if shrink {
 		// A newcomer's requests wait for the shrink: the round that
-		// says it goes now, not at the next tick; so do the rounds of
-		// keys whose requests wait for units freed. A shrink and a
-		// freed key publish nothing but freed, which kicks no release,
-		// so rounds kicked so do not wake each other.
+		// says it goes now, not at the next tick. A shrink publishes
+		// nothing, so rounds kicked so do not wake each other.
 		e.kick()
 	}
 }
@@ -345,7 +336,7 @@ func (e *engine) bareItem(key string, x *contention, epoch, through, p int64, n 
 		ahead := through > epoch && e.sharers(e.shareBase(x.rule.Algorithm, epoch*p, p), p, now) == 0
 		*items = append(*items, SyncItem{Key: key, Algorithm: x.rule.Algorithm, Windows: x.rule.Windows,
 			Replicas: n, Lease: lease, Release: max(snow, x.released*p), ReleaseAhead: ahead,
-			ReleasePrev: e.pushedPrev(x.rule.Algorithm, e.members.Load(), snow, p, now), Frees: true})
+			ReleasePrev: e.pushedPrev(x.rule.Algorithm, e.members.Load(), snow, p, now)})
 	case x.shrink > 0 && n > x.shrunk:
 		mv := e.members.Load()
 		a := x.rule.Algorithm
@@ -356,7 +347,7 @@ func (e *engine) bareItem(key string, x *contention, epoch, through, p int64, n 
 		}
 		x.shrunk = n
 		it := SyncItem{Key: key, Algorithm: a, Windows: x.rule.Windows,
-			Replicas: n, Lease: lease, Shrink: n, ShareEpoch: epoch, Sharers: k, Frees: true,
+			Replicas: n, Lease: lease, Shrink: n, ShareEpoch: epoch, Sharers: k,
 			SharersNext: mv.sharers(mv.shareBase(a, (epoch+1)*p, p), p), Gone: mv.gone(base, p)}
 		it.Shrunk = mv.shrunk(a, base, epoch*p, p)
 		if a != FixedWindow {

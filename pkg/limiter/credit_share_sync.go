@@ -30,9 +30,6 @@ func (sh *shareState) takeShare(it *SyncItem, snow int64, w Window, sharer bool,
 	ep := snow / int64(w.Period)
 	switch {
 	case sh.unset(flagRelease) && (sharer || sh.released >= ep || upTo > ep):
-		// Units another replica's requests may wait for: the rest of
-		// this epoch's share, or the next epoch's.
-		it.Frees = it.Frees || sh.released < ep && sh.unspent(ep) || upTo > max(sh.released, ep)
 		sh.released = max(sh.released, upTo)
 		sh.none.Store(0)
 	case !sharer && (sh.stray(ep) || sh.lentIn(ep)):
@@ -44,24 +41,13 @@ func (sh *shareState) takeShare(it *SyncItem, snow int64, w Window, sharer bool,
 		// will not spend it, for the rest of the epoch.
 	default:
 		if sharer {
-			asked := sh.unset(flagShrink)
+			sh.unset(flagShrink)
 			sh.shrinkField(it, ep)
-			it.Frees = it.Frees || asked && it.Shrink > 0
 		}
 		return
 	}
 	it.Release = max(snow, sh.released*int64(w.Period)) // in the last epoch released
 	it.ReleaseAhead = !sharer && sh.released > ep
-}
-
-// unspent reports a share of epoch ep with units left. sh.mu must be
-// held.
-func (sh *shareState) unspent(ep int64) bool {
-	spent := uint64(0)
-	if sh.state.Epoch == ep {
-		spent = sh.state.Cur
-	}
-	return sh.epoch == ep && sh.size > spent
 }
 
 // stray reports share hits in epoch ep, of which this replica holds no

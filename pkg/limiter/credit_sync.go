@@ -72,8 +72,7 @@ func (e *engine) prepare(cs *creditState, now int64) SyncItem {
 		want = 0 // the share has room: no credit beside it
 	}
 	cs.handBack(want)
-	yield := cs.yield.Swap(false) && len(cs.waiters) == 0
-	if yield || len(cs.waiters) == 0 && (now-cs.lastUse.Load() > int64(quietInterval) || cs.settlingLocked(e, now)) {
+	if yield := cs.yield.Swap(false); len(cs.waiters) == 0 && (yield || now-cs.lastUse.Load() > int64(quietInterval) || cs.settlingLocked(e, now)) {
 		// Idle, or asked to yield to another replica's waiters: hand the
 		// reservation back. Its credit leaves the hot path's reach first:
 		// a request arriving while the round is in flight would spend
@@ -92,7 +91,6 @@ func (e *engine) prepare(cs *creditState, now int64) SyncItem {
 		Unused: uint64(cs.unused), Want: want, Waiting: cs.waitingFor(e, now), Denied: uint64(cs.denied.Swap(0)),
 		Share: cs.rule.Tuning.share(), Replicas: int(e.replicas.Load()), Lease: lease,
 	}
-	it.Frees = yield && it.Unused > 0 // the waiters that asked for it sync now
 	it.Hits = cs.pushHits(h, snow)
 	if probe > 0 {
 		it.Waiting = 0 // the probe is their request
@@ -343,17 +341,8 @@ func (e *engine) apply(cs *creditState, r *SyncResult) {
 // the release or shrink it waits for takes the others a read of the feed
 // and a round, two round trips at least, and rounds other keys start
 // meanwhile would only find it held again (a newcomer asked 3 to 35
-// times a key). At least a millisecond, at most a tick. On a feed pushed
-// to the replica (FeedWaiter) the replicas that free the units say so
-// (SyncItem.Frees), and the key is asked again then (freed); heldRetry
-// is only the fallback, for units freed unannounced (a replica gone,
-// credit handed back idle), at contentionEvery: polling every few
-// milliseconds cost a key sync each (workload B of scripts/many-keys.sh:
-// one item in eight, BENCHMARKS.md).
+// times a key). At least a millisecond, at most a tick.
 func (e *engine) heldRetry() time.Duration {
-	if e.feedPushed.Load() {
-		return contentionEvery
-	}
 	return min(max(2*time.Duration(e.roundTrip.Load()), time.Millisecond), tick)
 }
 

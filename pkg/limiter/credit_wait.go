@@ -121,33 +121,6 @@ func (e *engine) nextShareEpoch(cs *creditState, now, last int64) int64 {
 	return 0
 }
 
-// freed has key synced in the next round if this replica's requests of
-// it wait for units other replicas held (releasing): another replica
-// freed some (Contended.Freed). Polling the store for them instead
-// (heldRetry) cost a key sync every few milliseconds of every wait and
-// found the units only at its next poll. It reports whether it asked.
-func (e *engine) freed(key string, now int64) bool {
-	ent := e.keys.getString(key)
-	if ent == nil {
-		return false
-	}
-	cs := ent.cs.Load()
-	if cs == nil || cs.releasing.Load() <= now {
-		return false
-	}
-	cs.mu.Lock()
-	waiting := len(cs.waiters) > 0
-	if waiting {
-		cs.nextSync = min(cs.nextSync, now) // due now, though held elsewhere (heldWait)
-	}
-	cs.mu.Unlock()
-	if waiting {
-		cs.kicked.Store(true)
-		e.enqueue(cs)
-	}
-	return waiting
-}
-
 // shareAfterWait admits a timed-out waiter from the key's static share:
 // a window may have begun while it waited. Within the clock's uncertainty
 // of the boundary it waits until the epoch is known, on a fast store only

@@ -114,10 +114,7 @@
 // the store publishes the key with the instant it found it contended;
 // the others release their share of that instant's epoch (not of a later
 // one they read it in), epoch by epoch while it stays contended, and the
-// key is shared by credit alone. A release, a shrink or credit handed
-// back at the feed's asking is published in turn, the key freed
-// (SyncItem.Frees, Contended.Freed), and the replicas whose requests of
-// it wait sync it then, rather than poll the store for the units. A newcomer's borrow that finds nothing
+// key is shared by credit alone. A newcomer's borrow that finds nothing
 // free while the live replicas outnumber the epoch's sharers (a
 // scale-out) is published to shrink instead: the sharers shrink their
 // shares to a share at the live count, keeping what they spent, the

@@ -174,13 +174,6 @@ type SyncItem struct {
 	// SyncResult.Shrink). The store counts no more of the share as held
 	// from then on, and never more again in the epoch. Zero: not shrunk.
 	Shrink int
-	// Frees says that the item gives up units another replica's requests
-	// wait for, as the contention feed asked: a release or shrink of its
-	// static share, or its unused credit handed back. Once the item is
-	// applied, the store publishes the key as freed (Contended.Freed), and
-	// the replicas whose requests of it wait sync it at once rather than
-	// poll. It is not part of the store's arithmetic.
-	Frees bool
 }
 
 // SyncResult is a store's answer for one SyncItem.
@@ -260,12 +253,6 @@ type Contended struct {
 	// SyncItem.Replicas, or their own if more) rather than release them
 	// (SyncResult.Shrink). Zero: release them.
 	Shrink int
-	// Freed says that Replica gave up units of the key, as the feed asked
-	// (SyncItem.Frees), rather than needing them: a replica whose requests
-	// of it wait for units others held syncs it now. A reader that does
-	// not know the field takes the entry for a contention, and releases
-	// its share of the key in that epoch: more rounds, never more admits.
-	Freed bool
 }
 
 // SlotItem is one concurrency key's part of a sync round.

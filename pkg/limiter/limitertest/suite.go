@@ -90,7 +90,6 @@ var suiteCases = []struct {
 	{"Declare", testDeclare},
 	{"Contention", testContention},
 	{"WaitContention", testWaitContention},
-	{"Freed", testFreed},
 }
 
 // sleepPast sleeps until the store's clock, read as from (µs), is past

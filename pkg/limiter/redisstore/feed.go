@@ -34,31 +34,25 @@ const (
 	feedTTL = time.Hour
 )
 
-// publish adds the items whose result is contended to the feed, and
-// those that free units others wait for (SyncItem.Frees) as freed, in one
+// publish adds the items whose result is contended to the feed, in one
 // pipeline. It is best effort: the round's syncs are applied whatever
-// becomes of it, a replica still short of budget is contended again at
-// its next sync, which publishes the key again, and one whose requests
-// wait for units freed syncs the key again within heldRetry.
+// becomes of it, and a replica still short of budget is contended again
+// at its next sync, which publishes the key again.
 func (s *Store) publish(ctx context.Context, replica string, items []limiter.SyncItem, out []limiter.SyncResult) {
 	var pipe redis.Pipeliner
 	key := s.keys.feed()
 	for i := range items {
-		it := &items[i]
-		if !out[i].Contended && !it.Frees {
+		if !out[i].Contended {
 			continue
 		}
 		if pipe == nil {
 			pipe = s.c.Pipeline()
 		}
-		values := []any{
+		it := &items[i]
+		pipe.XAdd(ctx, &redis.XAddArgs{Stream: key, MaxLen: feedLen, Approx: true, Values: []any{
 			"key", it.Key, "algorithm", int(it.Algorithm), "windows", encodeWindows(it.Windows), "replica", replica,
 			"at", out[i].Now, "shrink", shrinkArg(it, out[i]),
-		}
-		if !out[i].Contended {
-			values = append(values, "freed", 1)
-		}
-		pipe.XAdd(ctx, &redis.XAddArgs{Stream: key, MaxLen: feedLen, Approx: true, Values: values})
+		}})
 	}
 	if pipe == nil {
 		return
@@ -199,9 +193,8 @@ func decodeContended(v map[string]any) (limiter.Contended, error) {
 			return c, fmt.Errorf("shrink %q", s)
 		}
 	}
-	_, freed := v["freed"] // absent from contentions and from entries of older replicas
 	return limiter.Contended{Key: key, Algorithm: limiter.Algorithm(a), Windows: ws, Replica: replica, At: at,
-		Shrink: shrink, Freed: freed}, nil
+		Shrink: shrink}, nil
 }
 
 // shrinkArg is the feed entry's shrink: the caller's live count if the
