@@ -16,7 +16,10 @@
 # for D: the hot keys are far over their limit, the tail far under it.
 # rlsbench checks every key and second: keys admitted over the limit (must
 # be 0) and keys denied in a second in which they were sent at most their
-# limit (the target is 0).
+# limit (the target is 0). Then the same load on 4 per-request counters
+# (rlsbench serve-counter: INCRBY and EXPIRE per request, as
+# envoyproxy/ratelimit on Redis) sharing the same redis-server, for the
+# Redis CPU a decision costs there (COUNTER=0 leaves it out).
 #
 # The replicas are restarted and Redis flushed before each replica count.
 # A replica holds a static share of a key's window only from the first
@@ -234,6 +237,7 @@ def tables(rows_file, duration, keys, c, zkeys, zipf):
     if floor:
         floors["1"] = floor
     b = [r for r in rows if r["name"] == "B"]
+    counter = next((r for r in rows if r["name"] == "C"), None)
     print(f"## A: {fmt(keys)} keys `user={{k}}` at 100/minute each, c={c} closed loop, {duration} per run")
     print()
     print("Keys in turn, requests round-robin over the replicas: no key comes near its limit,")
@@ -321,6 +325,16 @@ def tables(rows_file, duration, keys, c, zkeys, zipf):
             print("Decisions by mode: " + (", ".join(f"{k} {fmt(v)}" + (f' ({fmt(x["denied"][k])} over_limit)' if k in x["denied"] else "")
                                                      for k, v in x["modes"].items()) or "–"))
             dec = sum(x["modes"].values())
+            if dec and counter:
+                print()
+                cd, cx = counter["report"], counter["redis"]
+                clim = cd["accuracy"]["limit"]
+                cn = cd["requests"]
+                print(f'The per-request counter (`rlsbench serve-counter`: INCRBY and EXPIRE per request, as envoyproxy/ratelimit '
+                      f'on Redis), 4 processes, the same load right after: {fmt(cd["throughput_rps"])} req/s, '
+                      f'{clim["keys_surely_over"]} keys surely over, {clim["surely_denied_under"]} answers surely denied under, '
+                      f'{cx["cpu"] * 1000 * 100000 / cn:.0f} ms of Redis CPU per 100k decisions '
+                      f'({x["cpu"] * 1000 * 100000 / dec / (cx["cpu"] * 1000 * 100000 / cn):.2f}× for the replicas).')
             if dec:
                 print()
                 print(f'Redis: {fmt(x["sent"])} commands sent ({x["sent"] * 100000 / dec:,.0f} per 100k decisions), '
@@ -372,6 +386,19 @@ if [ "${ONLY:-}" != A ]; then
   snapshot afterB 4
   stop_replicas
   python3 "$work/mk.py" row B "$work/b.json" "$work/beforeB.json" "$work/afterB.json" >>"$work/rows"
+  if [ "${COUNTER:-1}" = 1 ]; then # the per-request counter, on the replicas' ports
+    rcli flushall >/dev/null
+    for ((i = 0; i < 4; i++)); do
+      "$work/rlsbench" serve-counter -addr "$(grpc_addr "$i")" -redis "127.0.0.1:$rport" -limit 10 -per second >>"$work/counter.log" 2>&1 &
+      reps+=($!)
+    done
+    for ((i = 0; i < 4; i++)); do wait_port "${ports[$((2 + 2 * i))]}" "${reps[$i]}"; done
+    snapshot beforeC 0
+    bench "$work/c.json" -addr "$(addrs 4)" -descriptor 'zipf={k}' -keys "$ZKEYS" -zipf "$ZIPF" -limit 10 -per second
+    snapshot afterC 0
+    stop_replicas
+    python3 "$work/mk.py" row C "$work/c.json" "$work/beforeC.json" "$work/afterC.json" >>"$work/rows"
+  fi
 fi
 
 case "$ALG" in

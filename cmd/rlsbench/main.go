@@ -6,9 +6,13 @@
 //	rlsbench -addr rls-0:8081,rls-1:8081 -descriptor 'api_key={k}' -keys 50 -c 32 -d 30s
 //	rlsbench -addr rls-0:8081 -descriptor 'user={k}' -keys 1000 -zipf 1.1 -limit 10 -per second
 //	rlsbench serve-noop -addr :8081
+//	rlsbench serve-counter -addr :8081 -redis 127.0.0.1:6379 -limit 10 -per second
 //
 // serve-noop answers OK to everything, so a run against it gives the
-// floor: the cost of a gRPC call that decides nothing.
+// floor: the cost of a gRPC call that decides nothing. serve-counter
+// decides as envoyproxy/ratelimit does on Redis, one INCRBY and EXPIRE per
+// descriptor per call (-redis, -limit, -per), the per-request counter
+// whose Redis load the credit engine's is measured against.
 //
 // -zipf draws each request's key from a Zipf law instead of taking keys in
 // turn; -limit and -per check every key's answers against its limit, window
@@ -47,6 +51,9 @@ func main() {
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if len(args) > 0 && args[0] == "serve-noop" {
 		return runNoop(ctx, args[1:], stderr)
+	}
+	if len(args) > 0 && args[0] == "serve-counter" {
+		return runCounter(ctx, args[1:], stderr)
 	}
 	cfg, err := parseBenchFlags(args, stderr)
 	if err != nil {
