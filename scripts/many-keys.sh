@@ -330,8 +330,9 @@ def tables(rows_file, duration, keys, c, zkeys, zipf):
                 cd, cx = counter["report"], counter["redis"]
                 clim = cd["accuracy"]["limit"]
                 cn = cd["requests"]
-                print(f'The per-request counter (`rlsbench serve-counter`: INCRBY and EXPIRE per request, as envoyproxy/ratelimit '
-                      f'on Redis), 4 processes, the same load right after: {fmt(cd["throughput_rps"])} req/s, '
+                lat = lambda d: f'latency mean {d["latency_us"]["mean"] / 1000:.1f} ms, p90 {d["latency_us"]["p90"] / 1000:.1f} ms, p99 {d["latency_us"]["p99"] / 1000:.1f} ms'
+                print(f'The replicas: {lat(r["report"])}. The per-request counter (`rlsbench serve-counter`: INCRBY and EXPIRE per request, as envoyproxy/ratelimit '
+                      f'on Redis), 4 processes, the same load right after: {fmt(cd["throughput_rps"])} req/s, {lat(cd)}, '
                       f'{clim["keys_surely_over"]} keys surely over, {clim["surely_denied_under"]} answers surely denied under, '
                       f'{cx["cpu"] * 1000 * 100000 / cn:.0f} ms of Redis CPU per 100k decisions '
                       f'({x["cpu"] * 1000 * 100000 / dec / (cx["cpu"] * 1000 * 100000 / cn):.2f}× for the replicas).')
