@@ -43,7 +43,10 @@ func (e *engine) wait(cs *creditState, rule *Rule, n int64, now int64) Result {
 		// store published as contended, and a store fast enough for the
 		// releases and the next round to come in time, for the other
 		// replicas to release their shares: the window is not full, only
-		// held. Never past StoreTimeout + contentionWait.
+		// held. A waiter about to give up on a key with a static share
+		// waits instead for its next epoch, if that begins in time, whose
+		// share serves it (nextShareEpoch). Never past StoreTimeout +
+		// contentionWait.
 		now := e.now()
 		until := e.roundDue(start, timeout, last)
 		if e.fastStore() {
