@@ -37,6 +37,7 @@
 #   scripts/many-keys.sh                      # D=10s KEYS=100000 C=64
 #   D=5s KEYS=20000 C=32 scripts/many-keys.sh
 #   ONLY=B scripts/many-keys.sh               # workload B alone
+#   ZALLOW=0.5 ONLY=B scripts/many-keys.sh    # workload B's rule with local_allowance 0.5 (shares hold half its limit)
 #   ONLY=A REPLICAS=4 scripts/many-keys.sh    # workload A on 4 replicas alone
 #   SETTLED=1 ONLY=A scripts/many-keys.sh     # workload A on replicas that hold the keys
 #   ALG=sliding_window ONLY=A scripts/many-keys.sh # workload A of a sliding window (shares from its second window)
@@ -84,7 +85,7 @@ descriptors:
   - key: user
     rate_limit: {unit: minute, requests_per_unit: 100, algorithm: $ALG$burst_yaml}
   - key: zipf
-    rate_limit: {unit: second, requests_per_unit: 10}
+    rate_limit: {unit: second, requests_per_unit: 10${ZALLOW:+, local_allowance: $ZALLOW}}
 EOF
 
 # Thirteen free loopback ports: Redis, the floor, gRPC and HTTP of each
