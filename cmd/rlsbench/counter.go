@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"io"
 	"net"
-	"runtime"
 	"strconv"
 	"strings"
 	"time"
@@ -14,7 +13,6 @@ import (
 	rlcommonv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	ratelimitv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"github.com/redis/go-redis/v9"
-	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 )
@@ -104,8 +102,10 @@ func runCounter(ctx context.Context, args []string, stderr io.Writer) error {
 	}
 	c := redis.NewClient(&redis.Options{Addr: *raddr})
 	defer c.Close()
-	gs := grpc.NewServer(grpc.NumStreamWorkers(uint32(16 * runtime.GOMAXPROCS(0))))
-	ratelimitv3.RegisterRateLimitServiceServer(gs, &counterServer{c: c, limit: *limit, period: period, now: time.Now})
+	gs := newRLSGRPCServer(&counterServer{c: c, limit: *limit, period: period, now: time.Now})
 	fmt.Fprintf(stderr, "rlsbench: per-request counter RLS listening on %s\n", lis.Addr())
-	return serveUntilDone(ctx, gs, lis)
+	if err := serveUntilDone(ctx, gs, lis); err != nil {
+		return fmt.Errorf("serve-counter: %w", err)
+	}
+	return nil
 }

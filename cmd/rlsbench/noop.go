@@ -65,11 +65,15 @@ func okAnswer(n int) *ratelimitv3.RateLimitResponse {
 
 // newNoopGRPCServer returns a gRPC server with the no-op RLS and a health
 // service reporting SERVING.
-func newNoopGRPCServer() *grpc.Server {
+func newNoopGRPCServer() *grpc.Server { return newRLSGRPCServer(newNoopServer()) }
+
+// newRLSGRPCServer returns a gRPC server with rls and a health service
+// reporting SERVING: the no-op's and the per-request counter's.
+func newRLSGRPCServer(rls ratelimitv3.RateLimitServiceServer) *grpc.Server {
 	// The same stream-worker pool as ratelimit-svc (16 per core), so the
 	// floor is the same gRPC server doing nothing.
 	gs := grpc.NewServer(grpc.NumStreamWorkers(uint32(16 * runtime.GOMAXPROCS(0))))
-	ratelimitv3.RegisterRateLimitServiceServer(gs, newNoopServer())
+	ratelimitv3.RegisterRateLimitServiceServer(gs, rls)
 	hs := health.NewServer()
 	hs.SetServingStatus("", healthpb.HealthCheckResponse_SERVING)
 	hs.SetServingStatus(ratelimitv3.RateLimitService_ServiceDesc.ServiceName, healthpb.HealthCheckResponse_SERVING)
@@ -94,7 +98,10 @@ func runNoop(ctx context.Context, args []string, stderr io.Writer) error {
 		return fmt.Errorf("serve-noop: %w", err)
 	}
 	fmt.Fprintf(stderr, "rlsbench: no-op RLS listening on %s\n", lis.Addr())
-	return serveUntilDone(ctx, newNoopGRPCServer(), lis)
+	if err := serveUntilDone(ctx, newNoopGRPCServer(), lis); err != nil {
+		return fmt.Errorf("serve-noop: %w", err)
+	}
+	return nil
 }
 
 // serveUntilDone runs gs on lis until ctx is cancelled, then stops it
@@ -104,7 +111,7 @@ func serveUntilDone(ctx context.Context, gs *grpc.Server, lis net.Listener) erro
 	go func() { served <- gs.Serve(lis) }()
 	select {
 	case err := <-served:
-		return fmt.Errorf("serve-noop: %w", err)
+		return err
 	case <-ctx.Done():
 	}
 	stopped := make(chan struct{})
@@ -119,7 +126,7 @@ func serveUntilDone(ctx context.Context, gs *grpc.Server, lis net.Listener) erro
 		<-stopped
 	}
 	if err := <-served; err != nil && !errors.Is(err, grpc.ErrServerStopped) {
-		return fmt.Errorf("serve-noop: %w", err)
+		return err
 	}
 	return nil
 }
