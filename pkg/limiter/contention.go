@@ -286,7 +286,12 @@ func (e *engine) releaseOne(key string, x *contention, snow, now int64, items *[
 	}
 	if x.released >= through || !x.plain && !x.fresh && x.shrunk >= n {
 		// Released, or shrunk by an item of its own to n: a key made
-		// since started so (initShare).
+		// since started so (initShare). Published again, it still hands
+		// back its credit and pushes what it spent of it (yieldHeld).
+		if x.fresh {
+			e.yieldHeld(key, x)
+			x.fresh = false
+		}
 		return false
 	}
 	base := e.shareBase(x.rule.Algorithm, epoch*p, p)
@@ -300,15 +305,9 @@ func (e *engine) releaseOne(key string, x *contention, snow, now int64, items *[
 			case x.shrink > 0 && sharer:
 				asked = e.askShrink(cs, epoch, n, x.fresh, now)
 			}
-			if x.fresh && cs.credit.Load() > 0 && x.rule.Algorithm == FixedWindow {
-				// Hand back the unused credit too. A sliding window's
-				// credit lasts to its next sync, and is handed out a unit
-				// at a time near the limit (dryGetsOne): handed back, it
-				// would leave this replica's requests to wait.
-				cs.yield.Store(true)
-				asked = true
-			}
-			if asked {
+			if x.fresh && yieldable(cs, x) {
+				e.yieldHeld(key, x)
+			} else if asked {
 				e.enqueue(cs)
 			}
 			x.fresh = false
@@ -321,6 +320,34 @@ func (e *engine) releaseOne(key string, x *contention, snow, now int64, items *[
 	}
 	e.bareItem(key, x, epoch, through, p, n, snow, now, items)
 	return false
+}
+
+// yieldable reports a fixed-window key that holds credit, or hits of
+// spent credit not yet pushed. A sliding window's credit lasts to its
+// next sync, and is handed out a unit at a time near the limit
+// (dryGetsOne): handed back, it would leave this replica's requests to
+// wait.
+func yieldable(cs *creditState, x *contention) bool {
+	return x.rule.Algorithm == FixedWindow && (cs.credit.Load() > 0 || cs.hits.Load() > 0)
+}
+
+// yieldHeld has the next round of key, published contended again, hand
+// back its unused credit and push the hits of the credit it spent: the
+// waiters on the other replicas then see what is free, or that the
+// window is full, rather than poll, round after round, on a reservation
+// this replica has spent and not reported (its next regular sync may be
+// a busy interval away). e.contMu must be held.
+func (e *engine) yieldHeld(key string, x *contention) {
+	ent := e.keys.getString(key)
+	if ent == nil {
+		return
+	}
+	if cs := ent.cs.Load(); cs != nil && yieldable(cs, x) {
+		if cs.credit.Load() > 0 {
+			cs.yield.Store(true)
+		}
+		e.enqueue(cs)
+	}
 }
 
 // bareItem appends to items the release or the shrink of the share of

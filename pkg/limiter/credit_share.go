@@ -157,9 +157,16 @@ func (e *engine) spendShare(cs *creditState, n, now int64, dry bool) (bool, int6
 	}
 	sh.pendingN.Add(n)
 	if left := sh.state.Remaining(sw, FixedWindow, snow); left <= max(size/8, 1) && cs.credit.Load() <= 0 &&
-		cs.kicked.CompareAndSwap(false, true) {
+		sh.state.Prev >= size && cs.kicked.CompareAndSwap(false, true) {
 		// Nearly spent: credit beyond the share is asked for ahead of the
-		// request that needs it, as at half credit.
+		// request that needs it, as at half credit, when the epoch before
+		// spent the whole share too. A key whose last epoch left part of
+		// its share is not likely to need more: asked for ahead, the few
+		// units of a small limit the shares leave (L − N·⌊L/N⌋) went to
+		// replicas that then did not use them, each at a key sync and a
+		// hand-back, and a key of 10 a second over 4 replicas asked at
+		// its first request every second. Its request beyond the share,
+		// if one comes, waits for a round instead.
 		e.enqueue(cs)
 	}
 	return true, 0
@@ -233,7 +240,7 @@ func (cs *creditState) shareOnly() bool {
 }
 
 // ample reports a share with more than an eighth of it left in the
-// epoch of snow (the point at which spendShare asks for credit ahead).
+// epoch of snow (the point at which spendShare may ask for credit ahead).
 // w is the rule's window in store units.
 func (sh *shareState) ample(w Window, snow int64) bool {
 	if sh == nil {
