@@ -181,6 +181,36 @@ func TestReleaseOfAnEpochAhead(t *testing.T) {
 	}
 }
 
+// TestRepublishedKeyPushesSpentCredit: a key published contended again
+// after this replica released its share has its next round push the hits
+// of the credit it spent, and hand back what it holds: the waiters on the
+// other replicas then see the window full, or its units free, rather
+// than poll on a reservation this replica spent and has not pushed. A
+// key that holds neither is left alone.
+func TestRepublishedKeyPushesSpentCredit(t *testing.T) {
+	for _, tt := range []struct {
+		name          string
+		credit, hits  int64
+		queued, yield bool
+	}{
+		{"spent credit not pushed", 0, 1, true, false},
+		{"credit held", 2, 0, true, true},
+		{"nothing held or owed", 0, 0, false, false},
+	} {
+		l, snow, now, rule := midMinute()
+		cs := l.eng.creditFor([]byte("k"), rule, now)
+		cs.share.released = snow / int64(time.Minute/time.Microsecond) // its share of this epoch released
+		cs.credit.Store(tt.credit)
+		cs.hits.Store(tt.hits)
+		l.eng.contendAll([]Contended{{Key: "k", Windows: rule.Windows, Replica: "other", At: snow}})
+		l.eng.pending = nil
+		l.eng.releases(now)
+		if queued := len(l.eng.pending) == 1 && l.eng.pending[0] == cs; queued != tt.queued || cs.yield.Load() != tt.yield {
+			t.Errorf("%s: queued for a round %v, yield %v; want %v, %v", tt.name, queued, cs.yield.Load(), tt.queued, tt.yield)
+		}
+	}
+}
+
 // BenchmarkReleasesFullWalk is the walk of every contended key, once a
 // second or on a new copy of the registry, over 100 000 keys a scale-out
 // published to shrink, already shrunk (ns/op is the whole walk).

@@ -565,3 +565,40 @@ func TestFailedReleaseStaysInItsEpoch(t *testing.T) {
 		t.Fatalf("in epoch %d: item %d, released %d; want the release said again, no further", e+1, later.Release, sl.released)
 	}
 }
+
+// TestShareAsksAheadAfterSpentEpoch: a key whose static share is nearly
+// spent asks for credit ahead (kicked) only when the epoch before spent
+// the whole share too; one whose last epoch left part of it does not,
+// and its request beyond the share waits for a round instead.
+func TestShareAsksAheadAfterSpentEpoch(t *testing.T) {
+	l := New(WithStore(nopStore{}, "r"))
+	sec := int64(time.Second / time.Microsecond)
+	b := 1000 * sec // an epoch's start, store µs (offset 0: local ns = µs·1000)
+	l.eng.joined.Store(1)
+	four := Membership{Members: make([]Member, 4)}
+	for i := range four.Members {
+		four.Members[i] = Member{Joined: 1, Expires: 2 * b}
+	}
+	rule := &Rule{Algorithm: FixedWindow, Windows: []Window{{Limit: 10, Period: time.Second}}}
+	cs := l.eng.newCredit("k", rule, 0)
+	spend := func(epoch int64, n int) (kicked bool) {
+		now := (b + epoch*sec + sec/2) * 1000
+		l.eng.members.Store(&memberView{m: four, at: now})
+		cs.kicked.Store(false)
+		for i := range n {
+			if ok, _ := l.eng.spendShare(cs, 1, now, false); !ok {
+				t.Fatalf("epoch %d: admit %d of a share of 2 refused", epoch, i+1)
+			}
+		}
+		return cs.kicked.Load()
+	}
+	if spend(0, 1) { // an epoch before it unknown: nothing spent
+		t.Fatal("asked ahead at half of a share of 2 with no epoch before")
+	}
+	if spend(1, 2) { // the epoch before spent 1 of 2
+		t.Fatal("asked ahead with the epoch before spending half its share")
+	}
+	if !spend(2, 1) { // the epoch before spent its share of 2
+		t.Fatal("did not ask ahead at half of the share after an epoch that spent it whole")
+	}
+}

@@ -78,9 +78,13 @@ func itemKind(it *limiter.SyncItem, r *limiter.SyncResult) string {
 // store answers before the replicas stop, by key class and content. A
 // key sync cost Redis 80–100 µs of CPU in workload B on a busy 2-core
 // machine, a per-request counter's INCRBY and EXPIRE some 15 µs a request
-// (BENCHMARKS.md): 0.61–0.63 key syncs a request here, logged by class,
-// most of them the waits of keys over their limit and the share
-// overflows of keys under it. Bound: 0.7.
+// (BENCHMARKS.md): 0.61–0.63 key syncs a request here when a key asked
+// for credit ahead as soon as its 2-unit share was half spent, and
+// waiters polled on a reservation another replica had spent and not
+// pushed; 0.39 since (a30ead7), logged by class: most of them the waits
+// of keys over their limit, each replica's round that finds a window
+// full, and the releases that keys under their limit need once one
+// replica's requests outgrow its share. Bound: 0.45.
 func TestSimSkewedKeySyncs(t *testing.T) {
 	largeSim(t)
 	t.Parallel()
@@ -114,7 +118,7 @@ func TestSimSkewedKeySyncs(t *testing.T) {
 		top = append(top, fmt.Sprintf("%s %d", k.k, k.n))
 	}
 	t.Logf("%d requests, %d key syncs (%.2f a request): by class %v; the most: %s", r.requests, st.items, per, classes, strings.Join(top, ", "))
-	if per > 0.7 {
-		t.Errorf("%.2f key syncs a request, want at most 0.7", per)
+	if per > 0.45 {
+		t.Errorf("%.2f key syncs a request, want at most 0.45", per)
 	}
 }
