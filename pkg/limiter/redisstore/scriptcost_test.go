@@ -44,6 +44,16 @@ func costCases() []costCase {
 			Replicas: costReplicas, Lease: lease, ShareEpoch: now / p, Sharers: costReplicas, SharersNext: costReplicas,
 			ShareHits: []limiter.Hit{{At: now, N: 1}}}
 	}
+	// As a key of workload B syncs (scripts/many-keys.sh): its share hits
+	// and a want, with the floor of its last view and its share floor.
+	asB := func(now int64) limiter.SyncItem {
+		it := shared(now)
+		e := now / micros(time.Hour)
+		it.Want = 2
+		it.Floor, it.FloorGen = []limiter.WindowState{{Epoch: e, Cur: 3}}, 0
+		it.ShareFloor = limiter.WindowState{Epoch: e, Cur: 1}
+		return it
+	}
 	sliding := func(now int64) limiter.SyncItem {
 		it := fixed(now)
 		it.Algorithm = limiter.SlidingWindow
@@ -63,6 +73,7 @@ func costCases() []costCase {
 		{"fixed window, 32 keys a call", 32, fixed},
 		{"fixed window, 100 keys a call", 100, fixed},
 		{"static shares, 100 keys a call", 100, shared},
+		{"static shares as workload B, 5 keys a call", 5, asB},
 	}
 }
 
