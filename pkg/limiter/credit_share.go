@@ -157,20 +157,28 @@ func (e *engine) spendShare(cs *creditState, n, now int64, dry bool) (bool, int6
 	}
 	sh.pendingN.Add(n)
 	if left := sh.state.Remaining(sw, FixedWindow, snow); left <= max(size/8, 1) && cs.credit.Load() <= 0 &&
-		sh.state.Prev >= size && cs.kicked.CompareAndSwap(false, true) {
+		(sh.state.Prev >= size || size >= aheadAlways) && cs.kicked.CompareAndSwap(false, true) {
 		// Nearly spent: credit beyond the share is asked for ahead of the
-		// request that needs it, as at half credit, when the epoch before
-		// spent the whole share too. A key whose last epoch left part of
-		// its share is not likely to need more: asked for ahead, the few
-		// units of a small limit the shares leave (L − N·⌊L/N⌋) went to
-		// replicas that then did not use them, each at a key sync and a
-		// hand-back, and a key of 10 a second over 4 replicas asked at
-		// its first request every second. Its request beyond the share,
-		// if one comes, waits for a round instead.
+		// request that needs it, as at half credit; for a share smaller
+		// than aheadAlways, only when the epoch before spent the whole
+		// share too (see aheadAlways).
 		e.enqueue(cs)
 	}
 	return true, 0
 }
+
+// aheadAlways is the least share that asks for credit ahead at its last
+// eighth whatever the epoch before spent: a key sync per 7 units admitted
+// at most, and the share hits it pushes keep the store's counts close to
+// the truth should the store lose the key's record (a Redis restarted
+// empty counts none of the shares). A smaller share asks ahead only
+// after an epoch that spent it whole: one that left part of it is not
+// likely to need more, and asked for ahead, the few units of a small
+// limit the shares leave (L − N·⌊L/N⌋) went to replicas that then did
+// not use them, each at a key sync and a hand-back; a key of 10 a second
+// over 4 replicas (shares of 2) asked at its first request every second.
+// Its request beyond the share, if one comes, waits for a round instead.
+const aheadAlways = 8
 
 // spentElsewhere counts n units admitted in degraded mode at snow
 // against the share of their epoch: a replica that recovers within the

@@ -566,10 +566,11 @@ func TestFailedReleaseStaysInItsEpoch(t *testing.T) {
 	}
 }
 
-// TestShareAsksAheadAfterSpentEpoch: a key whose static share is nearly
-// spent asks for credit ahead (kicked) only when the epoch before spent
-// the whole share too; one whose last epoch left part of it does not,
-// and its request beyond the share waits for a round instead.
+// TestShareAsksAheadAfterSpentEpoch: a key whose static share of fewer
+// than aheadAlways units is nearly spent asks for credit ahead (kicked)
+// only when the epoch before spent the whole share too; one whose last
+// epoch left part of it does not, and its request beyond the share waits
+// for a round instead. A larger share asks at its last eighth anyway.
 func TestShareAsksAheadAfterSpentEpoch(t *testing.T) {
 	l := New(WithStore(nopStore{}, "r"))
 	sec := int64(time.Second / time.Microsecond)
@@ -600,5 +601,14 @@ func TestShareAsksAheadAfterSpentEpoch(t *testing.T) {
 	}
 	if !spend(2, 1) { // the epoch before spent its share of 2
 		t.Fatal("did not ask ahead at half of the share after an epoch that spent it whole")
+	}
+	// A share of aheadAlways or more asks at its last eighth regardless.
+	big := &Rule{Algorithm: FixedWindow, Windows: []Window{{Limit: 4 * aheadAlways, Period: time.Second}}}
+	cs = l.eng.newCredit("big", big, 0)
+	if spend(3, aheadAlways-2) {
+		t.Fatalf("asked ahead with 2 of a share of %d left", aheadAlways)
+	}
+	if !spend(3, 1) {
+		t.Fatalf("did not ask ahead at the last unit of a share of %d, with no epoch before", aheadAlways)
 	}
 }

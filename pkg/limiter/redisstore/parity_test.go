@@ -33,8 +33,9 @@ var (
 // reply to the same operation at the instant Redis applied it (the
 // reply's Now: Redis TIME cannot be faked, so the reference follows it).
 // Sequences run concurrently, each with its own service and reference
-// store; the script cache is flushed twice on the way, so rounds take
-// the NOSCRIPT reload path.
+// store; the script cache and the functions are flushed twice on the
+// way, so rounds take the NOSCRIPT and "Function not found" reload paths.
+// Half the sequences run the rate script with EVALSHA, half as a function.
 func TestParity(t *testing.T) {
 	t.Parallel()
 	srv := redistest.Start(t)
@@ -62,6 +63,9 @@ func TestParity(t *testing.T) {
 	for i := range n {
 		if i == n/3 || i == 2*n/3 {
 			if err := client.ScriptFlush(context.Background()).Err(); err != nil {
+				t.Fatal(err)
+			}
+			if err := client.FunctionFlush(context.Background()).Err(); err != nil {
 				t.Fatal(err)
 			}
 		}
@@ -115,19 +119,24 @@ func TestParity(t *testing.T) {
 	if (sum.probes == 0 || sum.probed == 0 || sum.probed == sum.probes) && !failed.Load() {
 		t.Error("no probe charged, or none found no room: SyncItem.Probe and SyncResult.Probed went untested")
 	}
-	if loads.n.Load() == 0 && !failed.Load() {
-		t.Error("no script was reloaded after SCRIPT FLUSH")
+	if (loads.n.Load() == 0 || loads.fn.Load() < 3) && !failed.Load() {
+		t.Errorf("scripts loaded %d times, the rate function %d: want both reloaded after SCRIPT FLUSH and FUNCTION FLUSH", loads.n.Load(), loads.fn.Load())
 	}
 }
 
-// loadCounter counts SCRIPT LOAD commands.
-type loadCounter struct{ n atomic.Int64 }
+// loadCounter counts SCRIPT LOAD (n) and FUNCTION LOAD (fn) commands.
+type loadCounter struct{ n, fn atomic.Int64 }
 
 func (*loadCounter) DialHook(next redis.DialHook) redis.DialHook { return next }
 func (l *loadCounter) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 	return func(ctx context.Context, cmd redis.Cmder) error {
-		if a := cmd.Args(); len(a) > 1 && cmd.Name() == "script" && fmt.Sprint(a[1]) == "load" {
-			l.n.Add(1)
+		if a := cmd.Args(); len(a) > 1 && fmt.Sprint(a[1]) == "load" {
+			switch cmd.Name() {
+			case "script":
+				l.n.Add(1)
+			case "function":
+				l.fn.Add(1)
+			}
 		}
 		return next(ctx, cmd)
 	}
@@ -171,6 +180,9 @@ func newParity(t *testing.T, client *redis.Client, seed uint64, seq int) *parity
 		cursors: make(map[string][2]string),
 	}
 	p.ref = memstore.New(p.clock)
+	if seq%2 == 1 { // half the sequences run the rate script with EVALSHA
+		redisstore.NoFunctions(p.redis)
+	}
 	for i := range 1 + p.rng.IntN(3) {
 		k := fmt.Sprintf("api|k=%d{x}:%c", i, rune(p.rng.IntN(256)))
 		p.keys = append(p.keys, k)

@@ -12,8 +12,8 @@ import (
 )
 
 // TestRealtimeRedisWiped: Redis loses everything in the middle of a
-// window, as one restarted without persistence does (FLUSHALL and SCRIPT
-// FLUSH: records, registry and scripts). 4 replicas, 16 callers, 1.6× a
+// window, as one restarted without persistence does (FLUSHALL, SCRIPT
+// FLUSH and FUNCTION FLUSH: records, registry, scripts and functions). 4 replicas, 16 callers, 1.6× a
 // limit of 100 per 5 s, driven inside one window, so that the wipe finds
 // it 80 % used. The replicas' next rounds carry the key's last view as a
 // floor, so the window still admits at most its limit, plus the credit
@@ -65,6 +65,9 @@ func TestRealtimeRedisWiped(t *testing.T) {
 	}
 	held = max(held, heldNow())
 	if err := admin.ScriptFlush(ctx).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if err := admin.FunctionFlush(ctx).Err(); err != nil {
 		t.Fatal(err)
 	}
 	calls := <-driven

@@ -141,8 +141,8 @@ func costCount(tb testing.TB, cg *callgrind, c *redis.Client, v costVariant, cal
 	run := func() {
 		pipe := c.Pipeline()
 		for _, cl := range calls {
-			if v.function {
-				pipe.FCall(ctx, costFunction, cl.keys, cl.args...)
+			if v.function != "" {
+				pipe.FCall(ctx, v.function, cl.keys, cl.args...)
 			} else {
 				pipe.EvalSha(ctx, sha, cl.keys, cl.args...)
 			}

@@ -79,33 +79,23 @@ func costCases() []costCase {
 
 // costVariant is a script measured on a case's calls: a script run with
 // EVALSHA, or a library of Redis Functions (7.0 and later) whose function
-// costFunction is run with FCALL.
+// is run with FCALL.
 type costVariant struct {
 	name, src string
-	function  bool
+	function  string // the function FCALL calls; empty: a script
 }
-
-const costFunction = "rls_rate_cost"
 
 // costVariants are the scripts measured on a case's calls, each adding a
 // part of the rate script to the one before, the commands alone, and the
-// rate script as a function.
+// rate script as the function the store calls (functions.go).
 func costVariants(tb testing.TB) []costVariant {
 	defs, _, ok := strings.Cut(rateLua, "\nreturn main(KEYS, ARGV)")
 	if !ok {
 		tb.Fatal("rate.lua: no main call")
 	}
-	// A library may not read a global that does not exist, as lib.lua
-	// does of replicate_commands (functions replicate their effects), and
-	// its loading code sees no libraries (math, string): the script's
-	// definitions run at the first call, and stay.
-	const replicate = "if redis.replicate_commands then redis.replicate_commands() end\n"
-	if !strings.Contains(libLua, replicate) {
-		tb.Fatal("lib.lua: no replicate_commands line")
+	if rateFunctionErr != nil {
+		tb.Fatal(rateFunctionErr)
 	}
-	library := "#!lua name=rls_cost\nlocal main\nredis.register_function('" + costFunction + "', function(keys, args)\n" +
-		"if not main then main = (function()\n" + strings.Replace(libLua, replicate, "", 1) + recordLua + defs +
-		"\nreturn main end)() end\nreturn main(keys, args)\nend)\n"
 	const commands = `
 local now = clock()
 for k = 1, #KEYS do
@@ -126,7 +116,7 @@ return 0`
 		{name: "+ rate.lua's definitions", src: libLua + recordLua + defs + "\nlocal now = clock()\nreturn 0"},
 		{name: "rate.lua", src: libLua + recordLua + rateLua},
 		{name: "TIME, HGETALL, HSET w x, PEXPIREAT", src: libLua + commands},
-		{name: "rate.lua as a function (FCALL)", src: library, function: true},
+		{name: "rate.lua as a function (FCALL)", src: rateFunction.lib, function: rateFunction.name},
 	}
 }
 
@@ -249,8 +239,8 @@ func costRun(tb testing.TB, c *redis.Client, v costVariant, calls []call, reps i
 		for from := 0; from < len(calls); from += 50 {
 			pipe := c.Pipeline()
 			for _, cl := range calls[from:min(from+50, len(calls))] {
-				if v.function {
-					pipe.FCall(ctx, costFunction, cl.keys, cl.args...)
+				if v.function != "" {
+					pipe.FCall(ctx, v.function, cl.keys, cl.args...)
 				} else {
 					pipe.EvalSha(ctx, sha, cl.keys, cl.args...)
 				}
@@ -261,7 +251,7 @@ func costRun(tb testing.TB, c *redis.Client, v costVariant, calls []call, reps i
 		}
 		cpu = min(cpu, (costCPU(tb, c)-cpu0)*1e6/float64(len(calls)))
 		cmd := "evalsha"
-		if v.function {
+		if v.function != "" {
 			cmd = "fcall"
 		}
 		n, total := costStat(tb, c, cmd)
@@ -327,7 +317,7 @@ func loadFresh(tb testing.TB, c *redis.Client, v costVariant) string {
 	if err := c.FunctionFlush(ctx).Err(); err != nil {
 		tb.Fatal(err)
 	}
-	if v.function {
+	if v.function != "" {
 		if err := c.FunctionLoad(ctx, v.src).Err(); err != nil {
 			tb.Fatalf("%s: %v", v.name, err)
 		}

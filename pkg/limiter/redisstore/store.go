@@ -8,6 +8,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -42,6 +43,9 @@ type Store struct {
 	// batches: every key lives on the one server c talks to, so one
 	// script call may sync several.
 	batches bool
+	// noFunctions: the server would not run the rate script as a
+	// function (functions.go); EVALSHA runs it.
+	noFunctions atomic.Bool
 }
 
 // Option configures a Store.
@@ -105,7 +109,7 @@ func (s *Store) Sync(ctx context.Context, replica string, items []limiter.SyncIt
 		}
 	}
 	calls, starts := s.rateCalls(replica, items)
-	cmds, err := s.evalRound(ctx, rateScript, calls)
+	cmds, err := s.rateRound(ctx, calls)
 	if err != nil {
 		return wrap("sync", err)
 	}
