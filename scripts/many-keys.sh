@@ -170,7 +170,7 @@ import json, os, re, sys, urllib.request
 # Commands a client sends, as opposed to those the scripts run inside
 # Redis (INFO commandstats counts both); info and flushall are this
 # script's own.
-SENT = {"evalsha", "eval", "evalsha_ro", "eval_ro", "script", "hello", "ping", "client", "cluster", "command"}
+SENT = {"evalsha", "eval", "evalsha_ro", "eval_ro", "fcall", "fcall_ro", "function", "script", "hello", "ping", "client", "cluster", "command"}
 OWN = {"info", "flushall"}
 
 def snapshot(stats, cpu, urls):
