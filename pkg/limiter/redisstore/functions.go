@@ -173,18 +173,7 @@ func (s *Store) rerunEval(ctx context.Context, calls []call, cmds []*redis.Cmd, 
 // (all when nil) in one pipeline, storing each command in cmds. Errors
 // stay in the commands.
 func (s *Store) fcallPipeline(ctx context.Context, calls []call, cmds []*redis.Cmd, idx []int) {
-	pipe := s.c.Pipeline()
-	add := func(i int) {
-		cmds[i] = pipe.FCall(ctx, rateFunction.name, calls[i].keys, calls[i].args...)
-	}
-	if idx == nil {
-		for i := range calls {
-			add(i)
-		}
-	} else {
-		for _, i := range idx {
-			add(i)
-		}
-	}
-	_, _ = pipe.Exec(ctx)
+	s.sendCalls(ctx, len(calls), cmds, idx, func(pipe redis.Pipeliner, i int) *redis.Cmd {
+		return pipe.FCall(ctx, rateFunction.name, calls[i].keys, calls[i].args...)
+	})
 }

@@ -79,18 +79,23 @@ func (s *Store) evalRound(ctx context.Context, script *redis.Script, calls []cal
 // evalPipeline sends EVALSHA for the calls at idx (all when nil) in one
 // pipeline, storing each command in cmds. Errors stay in the commands.
 func (s *Store) evalPipeline(ctx context.Context, script *redis.Script, calls []call, cmds []*redis.Cmd, idx []int) {
-	pipe := s.c.Pipeline()
 	hash := script.Hash()
-	add := func(i int) {
-		cmds[i] = pipe.EvalSha(ctx, hash, calls[i].keys, calls[i].args...)
-	}
+	s.sendCalls(ctx, len(calls), cmds, idx, func(pipe redis.Pipeliner, i int) *redis.Cmd {
+		return pipe.EvalSha(ctx, hash, calls[i].keys, calls[i].args...)
+	})
+}
+
+// sendCalls sends, in one pipeline, the command send adds for each of n
+// calls at idx (all when nil), storing each in cmds.
+func (s *Store) sendCalls(ctx context.Context, n int, cmds []*redis.Cmd, idx []int, send func(redis.Pipeliner, int) *redis.Cmd) {
+	pipe := s.c.Pipeline()
 	if idx == nil {
-		for i := range calls {
-			add(i)
+		for i := range n {
+			cmds[i] = send(pipe, i)
 		}
 	} else {
 		for _, i := range idx {
-			add(i)
+			cmds[i] = send(pipe, i)
 		}
 	}
 	_, _ = pipe.Exec(ctx)
