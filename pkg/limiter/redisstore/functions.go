@@ -111,7 +111,7 @@ func (s *Store) rateRound(ctx context.Context, calls []call) ([]*redis.Cmd, erro
 	cmds := make([]*redis.Cmd, len(calls))
 	s.fcallPipeline(ctx, calls, cmds, nil)
 	for range noScriptTries {
-		missing, refused := s.unrun(cmds)
+		missing, refused := unrun(cmds)
 		if len(missing) == 0 {
 			break
 		}
@@ -141,7 +141,7 @@ func (s *Store) rateRound(ctx context.Context, calls []call) ([]*redis.Cmd, erro
 
 // unrun lists the calls whose FCALL did not run: the function not found,
 // or functions refused (refused).
-func (s *Store) unrun(cmds []*redis.Cmd) (missing []int, refused bool) {
+func unrun(cmds []*redis.Cmd) (missing []int, refused bool) {
 	for i, c := range cmds {
 		switch err := c.Err(); {
 		case isNoFunction(err):
