@@ -42,12 +42,13 @@
 // NOSCRIPT): rate (the sync of one or more rate keys at one TIME), slots
 // (one concurrency key's sync), heartbeat (renew a lease, forget the
 // replicas gone for 25 hours, list the rest) and leave (end a lease).
-// On a single node or Sentinel master of Redis 7 or later the rate
-// script runs as a function (FCALL of rls_rate_<hash>, in the library
-// rls_lib_rate_<hash>, loaded with FUNCTION LOAD at the first "Function
-// not found"), which makes its definitions once, not on every call:
-// about a tenth of a call of five keys. A server before 7.0, or an ACL
-// user without FCALL and FUNCTION, gets EVALSHA instead (functions.go).
+// On Redis 7 or later the rate script runs as a function (FCALL of
+// rls_rate_<hash>, in the library rls_lib_rate_<hash>, loaded with
+// FUNCTION LOAD on every master at the first "Function not found"),
+// which makes its definitions once, not on every call: about a tenth of
+// a call of five keys, a quarter of a call of one (a Cluster's). A server
+// before 7.0, or an ACL user without FCALL and FUNCTION, gets EVALSHA
+// instead (functions.go).
 // Each version of the script loads its own library; a retired one's
 // stays until FUNCTION DELETE.
 // Release is a plain HDEL. The contention feed is written after the rate

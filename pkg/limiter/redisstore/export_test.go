@@ -23,7 +23,7 @@ func NoFunctions(s *Store) *Store {
 }
 
 // UsesFunctions reports whether s runs the rate script as a function.
-func (s *Store) UsesFunctions() bool { return s.batches && !s.noFunctions.Load() }
+func (s *Store) UsesFunctions() bool { return !s.noFunctions.Load() }
 
 // RateFunction is the rate function's name, its library's code and the
 // error of making it.

@@ -14,11 +14,11 @@ import (
 // with EVALSHA, a script makes its ~30 functions anew on every call
 // (about 120 000 instructions, a tenth of a call of five keys, and the
 // garbage they leave); loaded as a library, they are made at its first
-// call and kept. A single node (or Sentinel's master) runs the rate
-// script as a function when it can: a server before 7.0, or a user whose
-// ACL does not allow FUNCTION LOAD or FCALL, falls back to EVALSHA for
-// the Store's life. A Cluster or a Ring keeps EVALSHA (a library would
-// have to be loaded on every master).
+// call and kept. The store runs the rate script as a function when it
+// can, the library loaded on every master of a Cluster or shard of a
+// Ring: a server before 7.0, or a user whose ACL does not allow FUNCTION
+// LOAD or FCALL, falls back to EVALSHA for the Store's life. A Cluster's
+// calls sync a key each, and save more (about 28 % of a one-key call).
 //
 // The library's name carries a hash of its code, so replicas of two
 // versions of the service, as in a rolling upgrade, each load and call
@@ -65,14 +65,29 @@ func newFunction(name, src string) (function, error) {
 	return function{lib: lib, name: fn}, nil
 }
 
-// load loads f's library; one loaded already counts as loaded.
-func (f function) load(ctx context.Context, c redis.Cmdable) error {
-	err := c.FunctionLoad(ctx, f.lib).Err()
-	if err != nil && strings.Contains(err.Error(), "already exists") {
-		return nil
+// load loads f's library on every server c talks to: a single node's
+// one, every master of a Cluster, every shard of a Ring. One loaded
+// already counts as loaded.
+func (f function) load(ctx context.Context, c rediser) error {
+	one := func(ctx context.Context, n *redis.Client) error {
+		err := n.FunctionLoad(ctx, f.lib).Err()
+		if err != nil && strings.Contains(err.Error(), "already exists") {
+			return nil
+		}
+		return err
 	}
-	return err
+	switch c := c.(type) {
+	case *redis.Client:
+		return one(ctx, c)
+	case *redis.ClusterClient:
+		return c.ForEachMaster(ctx, one)
+	case *redis.Ring:
+		return c.ForEachShard(ctx, one)
+	}
+	return errNoLoad
 }
+
+var errNoLoad = errors.New("redisstore: a client of no known kind: the rate function is not loaded")
 
 // isNoFunction reports the error of an FCALL of a function the server
 // does not hold: loaded on a server since restarted, flushed or failed
@@ -104,8 +119,7 @@ func refusesFunctions(err error) bool {
 // EVALSHA, which the Store uses from then on. The others are not, as
 // each has been applied. It returns the first error of any call.
 func (s *Store) rateRound(ctx context.Context, calls []call) ([]*redis.Cmd, error) {
-	c, ok := s.c.(redis.Cmdable)
-	if !s.batches || !ok || s.noFunctions.Load() || rateFunctionErr != nil {
+	if s.noFunctions.Load() || rateFunctionErr != nil {
 		return s.evalRound(ctx, rateScript, calls)
 	}
 	cmds := make([]*redis.Cmd, len(calls))
@@ -116,8 +130,8 @@ func (s *Store) rateRound(ctx context.Context, calls []call) ([]*redis.Cmd, erro
 			break
 		}
 		if !refused {
-			err := rateFunction.load(ctx, c)
-			if err != nil && !refusesFunctions(err) {
+			err := rateFunction.load(ctx, s.c)
+			if err != nil && !refusesFunctions(err) && !errors.Is(err, errNoLoad) {
 				return nil, err
 			}
 			refused = err != nil

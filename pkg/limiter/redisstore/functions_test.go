@@ -2,6 +2,7 @@ package redisstore_test
 
 import (
 	"context"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -104,4 +105,37 @@ func refused(t *testing.T, c *redis.Client) {
 		t.Fatal("still calling functions after the server refused them")
 	}
 	syncAll(t, st)
+}
+
+// TestRateFunctionRing: on a Ring, whose keys live on several servers,
+// the rate function is loaded on every shard.
+func TestRateFunctionRing(t *testing.T) {
+	a, b := redistest.Start(t), redistest.Start(t)
+	ring := redis.NewRing(&redis.RingOptions{Addrs: map[string]string{"a": a.Addr, "b": b.Addr}, MaxRetries: -1})
+	t.Cleanup(func() { ring.Close() })
+	st := redisstore.New(ring, "svc")
+	ctx := context.Background()
+	items := make([]limiter.SyncItem, 20)
+	for i := range items {
+		items[i] = limiter.SyncItem{Key: fmt.Sprint("k", i), Windows: []limiter.Window{{Limit: 10, Period: time.Hour}}, Want: 2, Lease: time.Minute}
+	}
+	out := make([]limiter.SyncResult, len(items))
+	if err := st.Sync(ctx, "r", items, out); err != nil {
+		t.Fatal(err)
+	}
+	for i, r := range out {
+		if r.Credit != 2 {
+			t.Fatalf("item %d: credit %d, want 2", i, r.Credit)
+		}
+	}
+	name, _, _ := redisstore.RateFunction()
+	for _, srv := range []*redistest.Server{a, b} {
+		libs, err := srv.Client(t).FunctionList(ctx, redis.FunctionListQuery{}).Result()
+		if err != nil || len(libs) != 1 || libs[0].Functions[0].Name != name {
+			t.Fatalf("shard %s: libraries %+v, %v: want the one of %s", srv.Addr, libs, err, name)
+		}
+	}
+	if !st.UsesFunctions() {
+		t.Fatal("a Ring of Redis 7 servers: the rate script did not run as a function")
+	}
 }

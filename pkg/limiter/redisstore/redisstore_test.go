@@ -156,6 +156,33 @@ func TestCluster(t *testing.T) {
 		}
 		syncAll(t, st)
 	})
+
+	t.Run("Functions", func(t *testing.T) {
+		// The rate function is loaded on every master, and again on
+		// every master after FUNCTION FLUSH.
+		st := redisstore.New(client, newService())
+		name, _, _ := redisstore.RateFunction()
+		for round := range 2 {
+			err := client.ForEachMaster(ctx, func(ctx context.Context, c *redis.Client) error { return c.FunctionFlush(ctx).Err() })
+			if err != nil {
+				t.Fatal(err)
+			}
+			syncAll(t, st)
+			err = client.ForEachMaster(ctx, func(ctx context.Context, c *redis.Client) error {
+				libs, err := c.FunctionList(ctx, redis.FunctionListQuery{}).Result()
+				if err == nil && (len(libs) != 1 || len(libs[0].Functions) != 1 || libs[0].Functions[0].Name != name) {
+					err = fmt.Errorf("master %s: libraries %+v, want the one of %s", c.Options().Addr, libs, name)
+				}
+				return err
+			})
+			if err != nil {
+				t.Fatalf("round %d: %v", round, err)
+			}
+		}
+		if !st.UsesFunctions() {
+			t.Fatal("a Redis 7 cluster: the rate script did not run as a function")
+		}
+	})
 }
 
 // TestSentinel runs the suite through a Sentinel failover client, as a
