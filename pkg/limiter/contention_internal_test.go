@@ -253,3 +253,43 @@ func midMinute() (l *Limiter, snow, now int64, rule *Rule) {
 	twoSharers(l, snow)
 	return l, snow, snow * 1000, &Rule{Algorithm: FixedWindow, Windows: []Window{{Limit: 100, Period: time.Minute}}}
 }
+
+// TestFullPublicationDeniesLocally: a key another replica found full of
+// hits in the current window (Contended.Full) denies its requests here
+// until the window ends, with no round; one of a window that has ended,
+// or a key holding credit, is left alone; and the entry, read, asks for
+// no release.
+func TestFullPublicationDeniesLocally(t *testing.T) {
+	for _, tt := range []struct {
+		name   string
+		at     int64 // the entry's instant, from snow
+		credit int64
+		denied bool
+	}{
+		{"this window", 0, 0, true},
+		{"a window that ended", -int64(time.Second / time.Microsecond), 0, false},
+		{"credit held", 0, 3, false},
+	} {
+		const sec = int64(time.Second / time.Microsecond)
+		snow := 1_000_000*sec + sec/2 // half a second into a second (offset 0)
+		now := snow * 1000
+		l := New(WithStore(nopStore{}, "r"))
+		twoSharers(l, snow)
+		rule := &Rule{Algorithm: FixedWindow, Windows: []Window{{Limit: 10, Period: time.Second}}}
+		cs := l.eng.creditFor([]byte("k"), rule, now)
+		cs.credit.Store(tt.credit)
+		c := Contended{Key: "k", Algorithm: FixedWindow, Windows: rule.Windows, Replica: "other", At: snow + tt.at, Full: true}
+		l.eng.denyFull(c, snow, now)
+		to := cs.deniedTo.Load()
+		if got := to > now; got != tt.denied {
+			t.Errorf("%s: denies locally %v (until %d), want %v", tt.name, got, to, tt.denied)
+		}
+		if tt.denied && to > now+int64(time.Second/2) {
+			t.Errorf("%s: denies past the window's end", tt.name)
+		}
+		l.eng.contendAll([]Contended{c})
+		if l.eng.contN.Load() != 0 {
+			t.Errorf("%s: a full window was noted as contended", tt.name)
+		}
+	}
+}

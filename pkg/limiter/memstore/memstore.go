@@ -89,9 +89,12 @@ func (s *Store) Sync(ctx context.Context, replica string, items []limiter.SyncIt
 		}
 		out[i] = e.rec.Sync(replica, it, now)
 		e.expires = max(e.rec.ExpiresAt(it.Algorithm, it.Windows), now+1)
-		if out[i].Contended {
+		switch {
+		case out[i].Contended:
 			s.publish(limiter.Contended{Key: it.Key, Algorithm: it.Algorithm, Windows: it.Windows, Replica: replica, At: out[i].Now,
 				Shrink: shrinkTo(it, out[i])})
+		case limiter.PublishFull(it, &out[i]):
+			s.publish(limiter.Contended{Key: it.Key, Algorithm: it.Algorithm, Windows: it.Windows, Replica: replica, At: out[i].Now, Full: true})
 		}
 	}
 	return nil
