@@ -157,10 +157,6 @@ func (e *engine) contendAll(cs []Contended) {
 	snow := e.storeNow(e.now())
 	shrink := false
 	for _, c := range cs {
-		if c.Full {
-			e.denyFull(c, snow, e.now())
-			continue
-		}
 		if len(c.Windows) == 1 && shareableWindow(c.Algorithm, c.Windows[0]) && c.Windows[0].Period >= time.Microsecond {
 			at := snow
 			if c.At > 0 {
@@ -174,37 +170,6 @@ func (e *engine) contendAll(cs []Contended) {
 		// says it goes now, not at the next tick. A shrink publishes
 		// nothing, so rounds kicked so do not wake each other.
 		e.kick()
-	}
-}
-
-// denyFull has a key another replica found full of hits in the window
-// of c.At (Contended.Full) deny its requests locally until the window
-// ends (deniedFor), as the replica that found it does: its waiters are
-// answered at their next round, and its later requests ask nothing of
-// the store. A key that holds credit, or a window that has ended, is
-// left alone. snow is the store's clock at local instant now.
-func (e *engine) denyFull(c Contended, snow, now int64) {
-	if c.Algorithm != FixedWindow || len(c.Windows) != 1 || c.Windows[0].Period < time.Microsecond {
-		return
-	}
-	p := int64(c.Windows[0].Period / time.Microsecond)
-	if c.At/p != snow/p {
-		return
-	}
-	ent := e.keys.getString(c.Key)
-	if ent == nil {
-		return
-	}
-	cs := ent.cs.Load()
-	if cs == nil || cs.rule.Algorithm != FixedWindow || len(cs.ws) != 1 || cs.credit.Load() > 0 {
-		return
-	}
-	until := now + int64(cs.deniedFor(e, time.Duration((snow/p+1)*p-snow)*time.Microsecond))
-	for {
-		d := cs.deniedTo.Load()
-		if d >= until || cs.deniedTo.CompareAndSwap(d, until) {
-			return
-		}
 	}
 }
 

@@ -422,18 +422,3 @@ func (r *ConcRecord) Sync(replica string, it *SlotItem, now int64) SlotResult {
 	}
 	return SlotResult{Granted: granted, Others: others, Now: now}
 }
-
-// PublishFull reports an item whose waiting requests (or probe) the
-// reply r refused with the key's one fixed window full of hits at r.Now:
-// no reservation or share held elsewhere, nothing granted or charged, the
-// key not contended. The store publishes such a key (Contended.Full) for
-// the other replicas, which deny its requests until the window ends
-// instead of each learning it with a round of its own.
-func PublishFull(it *SyncItem, r *SyncResult) bool {
-	if it.Algorithm != FixedWindow || len(it.Windows) != 1 || len(r.Windows) != 1 || it.Waiting == 0 && it.Probe == 0 ||
-		r.Credit > 0 || r.Probed > 0 || r.Others > 0 || r.Contended {
-		return false
-	}
-	p := int64(it.Windows[0].Period / time.Microsecond)
-	return p > 0 && r.Windows[0].Epoch == r.Now/p && r.Windows[0].Cur >= it.Windows[0].Limit
-}

@@ -253,12 +253,6 @@ type Contended struct {
 	// SyncItem.Replicas, or their own if more) rather than release them
 	// (SyncResult.Shrink). Zero: release them.
 	Shrink int
-	// Full says the key's window of the epoch of At is full of hits
-	// (PublishFull): nothing is held elsewhere or to release, and the
-	// readers deny the key's requests until the window ends, rather than
-	// each ask the store. An entry of a reader that does not know it
-	// reads as a release, which frees nothing.
-	Full bool
 }
 
 // SlotItem is one concurrency key's part of a sync round.

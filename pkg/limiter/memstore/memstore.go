@@ -89,12 +89,9 @@ func (s *Store) Sync(ctx context.Context, replica string, items []limiter.SyncIt
 		}
 		out[i] = e.rec.Sync(replica, it, now)
 		e.expires = max(e.rec.ExpiresAt(it.Algorithm, it.Windows), now+1)
-		switch {
-		case out[i].Contended:
+		if out[i].Contended {
 			s.publish(limiter.Contended{Key: it.Key, Algorithm: it.Algorithm, Windows: it.Windows, Replica: replica, At: out[i].Now,
 				Shrink: shrinkTo(it, out[i])})
-		case limiter.PublishFull(it, &out[i]):
-			s.publish(limiter.Contended{Key: it.Key, Algorithm: it.Algorithm, Windows: it.Windows, Replica: replica, At: out[i].Now, Full: true})
 		}
 	}
 	return nil

@@ -42,22 +42,17 @@ func (s *Store) publish(ctx context.Context, replica string, items []limiter.Syn
 	var pipe redis.Pipeliner
 	key := s.keys.feed()
 	for i := range items {
-		it := &items[i]
-		full := !out[i].Contended && limiter.PublishFull(it, &out[i])
-		if !out[i].Contended && !full {
+		if !out[i].Contended {
 			continue
 		}
 		if pipe == nil {
 			pipe = s.c.Pipeline()
 		}
-		values := []any{
+		it := &items[i]
+		pipe.XAdd(ctx, &redis.XAddArgs{Stream: key, MaxLen: feedLen, Approx: true, Values: []any{
 			"key", it.Key, "algorithm", int(it.Algorithm), "windows", encodeWindows(it.Windows), "replica", replica,
 			"at", out[i].Now, "shrink", shrinkArg(it, out[i]),
-		}
-		if full {
-			values = append(values, "full", 1)
-		}
-		pipe.XAdd(ctx, &redis.XAddArgs{Stream: key, MaxLen: feedLen, Approx: true, Values: values})
+		}})
 	}
 	if pipe == nil {
 		return
@@ -198,9 +193,8 @@ func decodeContended(v map[string]any) (limiter.Contended, error) {
 			return c, fmt.Errorf("shrink %q", s)
 		}
 	}
-	full := v["full"] == "1" // absent from entries of older replicas, and of contended keys
 	return limiter.Contended{Key: key, Algorithm: limiter.Algorithm(a), Windows: ws, Replica: replica, At: at,
-		Shrink: shrink, Full: full}, nil
+		Shrink: shrink}, nil
 }
 
 // shrinkArg is the feed entry's shrink: the caller's live count if the

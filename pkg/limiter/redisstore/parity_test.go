@@ -107,10 +107,6 @@ func TestParity(t *testing.T) {
 	}
 	t.Logf("static shares: %d items with shares, %d with share hits, %d releasing; replies: %d with others' shares held, %d contended, %d lapsing at the epoch's end; %d contentions read, %d registry members listed",
 		sum.shared, sum.shareHits, sum.releases, sum.held, sum.contended, sum.epochEnd, sum.feed, sum.members)
-	t.Logf("feed entries of a window full of hits: %d", sum.full)
-	if sum.full == 0 && !failed.Load() {
-		t.Error("no window full of hits was published: Contended.Full went untested")
-	}
 	t.Logf("loans: %d items asking, %d replies lending, %d items holding one", sum.borrowed, sum.lent, sum.relent)
 	if (sum.lent == 0 || sum.relent == 0) && !failed.Load() {
 		t.Error("no loan lent or held: SyncItem.Borrow and Lent went untested")
@@ -469,7 +465,6 @@ func (p *parity) count(it *limiter.SyncItem, r limiter.SyncResult) {
 type tally struct {
 	rolls, weighted, granted, others, pressed                             int64
 	shared, shareHits, releases, held, contended, epochEnd, feed, members int64
-	full                                                                  int64 // feed entries of a window full of hits (Contended.Full)
 	lifted                                                                int64 // items with a floor of an earlier generation
 	ruleRefs                                                              int64 // items given an earlier item's rule in their call
 	gone                                                                  int64 // items naming sharers that left (SyncItem.Gone)
@@ -512,7 +507,6 @@ func (t *tally) add(o tally) {
 	t.contended += o.contended
 	t.epochEnd += o.epochEnd
 	t.feed += o.feed
-	t.full += o.full
 	t.members += o.members
 	t.borrowed += o.borrowed
 	t.lent += o.lent
@@ -932,11 +926,6 @@ func (p *parity) contention() bool {
 		}
 		p.cursors[replica] = [2]string{gotNext, wantNext}
 		p.tally.feed += int64(len(got))
-		for _, c := range got {
-			if c.Full {
-				p.tally.full++
-			}
-		}
 	}
 	return true
 }
