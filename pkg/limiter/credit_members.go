@@ -132,14 +132,20 @@ func (mv *memberView) shrunk(a Algorithm, base, start, period int64) []ShrunkSha
 
 // pushedPrev reports, for a sync made at store instant snow of a key of
 // algorithm a and period p, whether this replica says it pushed every
-// share hit of the epoch before (SyncItem.ReleasePrev): of a token
-// bucket, whose store holds that epoch's unreported shares, if it was a
-// sharer of it and is past its end by the clock's uncertainty, so that
-// it admits no more from that share. Its hits of that epoch go with the
-// item (takeShare), or went before; a key it does not hold has none.
+// share hit of the epoch before (SyncItem.ReleasePrev): of a sliding
+// window or a token bucket, whose store counts that epoch's unreported
+// shares (share_sliding.go, share_bucket.go), if it was a sharer of it
+// and is past its end by the clock's uncertainty, so that it admits no
+// more from that share. Its hits of that epoch go with the item
+// (takeShare), or went before; a key it does not hold has none. Unsaid,
+// a sliding window's store counted, weighted, every sharer's whole share
+// of the epoch before as spent and unreported for the whole of the
+// epoch: a key first busy in an epoch after a quiet one had room for
+// little more than half its limit, and its waiters polled the store
+// round after round for the rest.
 func (e *engine) pushedPrev(a Algorithm, mv *memberView, snow, p, now int64) bool {
 	slack := e.clockErr.Load()/1000 + 1 // as spendShare reckons it
-	return a == TokenBucket && (snow-slack)/p == snow/p && e.sharersIn(mv, mv.shareBase(a, (snow/p-1)*p, p), p, now) != 0
+	return aheadShares(a) && (snow-slack)/p == snow/p && e.sharersIn(mv, mv.shareBase(a, (snow/p-1)*p, p), p, now) != 0
 }
 
 // shareFields fills in the static share fields of key cs's item it, made

@@ -139,7 +139,9 @@
 // epoch e are those of e−1, shareBase), so the next epoch's sharers are
 // known all through the current one. Beside a fixed window's sum, the
 // store counts the shares of the epoch before, weighted as the window's
-// own count, and those of the next epoch, which the window counts whole
+// own count, until their replicas say they pushed all of that epoch's
+// hits (SyncItem.ReleasePrev, at a key's first sync of the epoch), and
+// those of the next epoch, which the window counts whole
 // at that epoch's start beside what this one admitted: a unit is granted
 // only if it fits beside both. A busy key's replicas give their shares
 // of the next epoch up ahead, and a key whose requests wait for them is

@@ -127,6 +127,11 @@ func (rec *ShareRecord) releasePast(x int64) {
 	}
 }
 
+// releasesPrev reports an item that says its replica pushed every share
+// hit of the epoch before (SyncItem.ReleasePrev), of a rule whose store
+// counts that epoch's shares: a sliding window's or a token bucket's.
+func (it *SyncItem) releasesPrev() bool { return it.ReleasePrev && aheadShares(it.Algorithm) }
+
 // prevEpoch is the epoch a ReleasePrev of it, synced in epoch, speaks
 // of: the one before its share epoch, or before the store's epoch for an
 // item of none (a release of a key its replica does not hold, bareItem).
@@ -303,7 +308,7 @@ func (r *KeyRecord) chargeShares(replica string, it *SyncItem, ws []Window, now 
 	}
 	// A shrink of the epoch the replica names, by a sharer of it.
 	shrink := sharesOf(it) && it.ShareEpoch == epoch && it.Sharers > 0 && it.Shrink > it.Sharers
-	if len(it.ShareHits) > 0 || it.Release != 0 || floor || relend > 0 || shrink || it.ReleasePrev && it.Algorithm == TokenBucket {
+	if len(it.ShareHits) > 0 || it.Release != 0 || floor || relend > 0 || shrink || it.releasesPrev() {
 		rec := r.Shares[replica]
 		if relend > 0 && rec.LentEpoch != epoch {
 			rec.lend(relend, epoch)
@@ -326,7 +331,7 @@ func (r *KeyRecord) chargeShares(replica string, it *SyncItem, ws []Window, now 
 		if it.Release != 0 {
 			rec.release(epoch, min(it.Release/int64(w.Period), epoch+1), it.ReleaseAhead)
 		}
-		if it.ReleasePrev && it.Algorithm == TokenBucket {
+		if it.releasesPrev() {
 			rec.releasePast(it.prevEpoch(epoch))
 		}
 		r.Shares[replica] = rec

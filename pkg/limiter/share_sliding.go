@@ -10,7 +10,9 @@ package limiter
 //
 //   - the shares of the epoch before (prev), weighted like the window's
 //     own previous count: what its sharers and borrowers may have
-//     admitted of them and not pushed;
+//     admitted of them and not pushed, until each says it pushed every
+//     share hit of that epoch (SyncItem.ReleasePrev: its record then
+//     counts as released in it);
 //   - the shares of the next epoch (next): at that epoch's start, the
 //     window counts this epoch's units whole, and the next epoch's
 //     sharers spend their shares with no round trip. A unit granted now

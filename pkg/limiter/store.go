@@ -165,8 +165,9 @@ type SyncItem struct {
 	// ReleasePrev says that the replica, a sharer of the epoch before
 	// ShareEpoch (of the store's, for an item of no share epoch), pushed
 	// every share hit of that epoch with this item or before it: of a
-	// token bucket, whose store holds that epoch's shares no replica has
-	// reported (share_bucket.go).
+	// sliding window or a token bucket, whose store counts that epoch's
+	// shares no replica has reported (share_sliding.go, share_bucket.go).
+	// Ignored for a fixed window.
 	ReleasePrev bool
 	// Shrink, when more than Sharers, is a replica count m: the replica
 	// shrinks its static share of epoch ShareEpoch to ShareSize at m

@@ -86,6 +86,7 @@ var suiteCases = []struct {
 	{"DeclaredShrink", testDeclaredShrink},
 	{"SlidingShares", testSlidingShares},
 	{"SlidingShareShrink", testSlidingShareShrink},
+	{"SlidingReleasePrev", testSlidingReleasePrev},
 	{"BucketShares", testBucketShares},
 	{"Declare", testDeclare},
 	{"Contention", testContention},

@@ -2,6 +2,7 @@ package limitertest
 
 import (
 	"context"
+	"fmt"
 	"testing"
 	"time"
 
@@ -109,4 +110,47 @@ func testSlidingShareShrink(t *testing.T, st limiter.Store) {
 		r = sync1(t, st, "d", borrow())
 		expect(t, a.String()+": lent to d after b's shrink", r.Lent, 25)
 	}
+}
+
+// testSlidingReleasePrev: a sliding window's shares of the epoch before
+// that no sharer reported count, weighted, as held, until each sharer
+// says it pushed every share hit of that epoch (ReleasePrev). A key quiet
+// in the epoch before, busy in this one, then has the whole of the limit
+// once every sharer has released its shares of this epoch and the next:
+// counted held, the epoch before's shares left it little more than half,
+// for the whole epoch. A fixed window counts none of them.
+func testSlidingReleasePrev(t *testing.T, st limiter.Store) {
+	w := limiter.Window{Limit: 100, Period: time.Hour}
+	e := epochOf(t, st, w)
+	p := int64(time.Hour / time.Microsecond)
+	quiet := func(key string, said bool) limiter.SyncItem {
+		it := shared(key, w, 0, 4, e) // S = ⌊50/4⌋ = 12
+		it.Algorithm, it.Replicas, it.SharersPrev = limiter.SlidingWindow, 4, 4
+		it.Release, it.ReleasePrev = (e+1)*p, said // this epoch's share and the next's given up
+		return it
+	}
+	for _, said := range []bool{false, true} {
+		key := fmt.Sprint("quiet ", said)
+		for _, id := range []string{"b", "c", "d"} {
+			sync1(t, st, id, quiet(key, said))
+		}
+		it := quiet(key, said)
+		it.Want, it.Waiting = 100, 100
+		r := sync1(t, st, "a", it)
+		if !said {
+			left := uint64(p - (r.Now - e*p))
+			expect(t, "the epoch before's 48 unreported, weighted", r.Credit, 100-(48*left+uint64(p)-1)/uint64(p))
+			continue
+		}
+		expect(t, "every sharer pushed the epoch before's hits: the whole limit", r.Credit, 100)
+	}
+
+	fixed := shared("fixed", w, 0, 4, e)
+	fixed.Release, fixed.ReleasePrev = (e+1)*p, true
+	for _, id := range []string{"b", "c", "d"} {
+		sync1(t, st, id, fixed)
+	}
+	fixed.Want, fixed.Waiting = 100, 100
+	r := sync1(t, st, "a", fixed)
+	expect(t, "a fixed window: nothing of the epoch before held", r.Credit, 100)
 }

@@ -335,7 +335,7 @@ local function charge_shares(rec, ws, se, n, nn, np, gone, share, h, nsh, releas
   if has and se == epoch and n ~= 0 then relend = min(lent, share_size(w, share, n)) end
   -- a shrink of the epoch the replica names, by a sharer of it
   local shrinks = has and se == epoch and n > 0 and shrink > n
-  local past = rprev == 1 and alg == BUCKET
+  local past = rprev == 1 and alg ~= FIXED
   if nsh > 0 or release ~= 0 or sf or relend > 0 or shrinks or past then
     local r = own_share(rec)
     if relend > 0 and r.le ~= epoch then
@@ -363,10 +363,12 @@ local function charge_shares(rec, ws, se, n, nn, np, gone, share, h, nsh, releas
       if r.rel < first - 1 then r.from = first end
       r.rel = max(r.rel, last)
     end
-    if past then -- SyncItem.prevEpoch
+    if past then -- SyncItem.prevEpoch; said with every sync, written when it changes the record
+      local rel, from = r.rel, r.from
       if se > 0 then release_past(r, min(se, epoch) - 1) else release_past(r, epoch - 1) end
+      if r.rel ~= rel or r.from ~= from then r.dirty = true end
     end
-    if nsh > 0 or release ~= 0 or past then r.dirty = true end
+    if nsh > 0 or release ~= 0 then r.dirty = true end
   end
   local shares = rec.shares
   local last = epoch - record_epochs() -- dropShares
