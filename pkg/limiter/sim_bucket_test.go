@@ -115,12 +115,14 @@ func TestSimManyKeysFarBelowBucket(t *testing.T) {
 func TestSimSkewedManyKeysBucket(t *testing.T) {
 	largeSim(t)
 	t.Parallel()
-	r := keySim{rule: bucketRule(10, time.Second), replicas: 4, keys: 1000, zipf: 1.1, rate: 3000,
+	st := &feedCounter{Store: memstore.New(nil)}
+	r := keySim{rule: bucketRule(10, time.Second), replicas: 4, keys: 1000, zipf: 1.1, rate: 3000, store: st,
 		duration: 20 * time.Second, measureFrom: 5 * time.Second}.run(t)
 	over, most := r.checkBucket(t)
 	quiet, denied := r.quietDenials(t, 2)
 	t.Logf("%d requests; %d denied after 5 s; %d admits over, by %d at most; %d quiet key windows with denials; %d decisions waited for the store, the longest %v",
 		r.requests, denied, over, most, quiet, r.waited, r.longest)
+	skewedWaits(t, r, st)
 }
 
 // quietDenials fails t for every key window with a denial that was sent

@@ -6,6 +6,7 @@ import (
 	"math/rand/v2"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -95,16 +96,52 @@ func TestSimManyKeysFarBelowSliding(t *testing.T) {
 // second, the hot keys far over their limit: no key's sliding count goes
 // over the limit. A key window sent at most half its limit, and the one
 // before it too, is never denied: far from the limit, its requests are
-// decided from the shares or from credit the store has room for.
+// decided from the shares or from credit the store has room for. A
+// waiter the others' credit leaves no room for is denied at once
+// (keptElsewhere): no decision waits long, nor polls the store (bounds
+// in skewedWaits).
 func TestSimSkewedManyKeysSliding(t *testing.T) {
 	largeSim(t)
 	t.Parallel()
-	r := keySim{rule: slidingRule(10, time.Second), replicas: 4, keys: 1000, zipf: 1.1, rate: 3000,
+	st := &feedCounter{Store: memstore.New(nil)}
+	r := keySim{rule: slidingRule(10, time.Second), replicas: 4, keys: 1000, zipf: 1.1, rate: 3000, store: st,
 		duration: 20 * time.Second, measureFrom: 5 * time.Second}.run(t)
 	over := r.checkSliding(t)
 	quiet, denied := r.quietDenials(t, 2)
 	t.Logf("%d requests; %d denied after 5 s; %d admits over; %d quiet key windows with denials; %d decisions waited for the store, the longest %v",
 		r.requests, denied, over, quiet, r.waited, r.longest)
+	skewedWaits(t, r, st)
+}
+
+// feedCounter counts the key syncs a reference store answers; the
+// replicas follow its contention feed, as they follow Redis's.
+type feedCounter struct {
+	*memstore.Store
+	items atomic.Int64
+}
+
+func (c *feedCounter) Sync(ctx context.Context, r string, it []limiter.SyncItem, out []limiter.SyncResult) error {
+	c.items.Add(int64(len(it)))
+	return c.Store.Sync(ctx, r, it, out)
+}
+
+// skewedWaits fails t for a skewed simulation of a sliding window or a
+// token bucket whose longest decision took over 60 ms, or that took
+// more than 1.1 key syncs a request. Their waiters, counted as if the
+// others' credit came back on contention, polled the store every few
+// milliseconds to the end of their wait and were then denied: the
+// longest decision took 190 ms, and 1.38 (a sliding window) and 1.28 (a
+// token bucket) key syncs a request; 20–30 ms, 0.96 and 0.84 since.
+func skewedWaits(t *testing.T, r *keyRun, st *feedCounter) {
+	t.Helper()
+	per := float64(st.items.Load()) / float64(r.requests)
+	t.Logf("%d key syncs, %.2f a request", st.items.Load(), per)
+	if r.longest > 60*time.Millisecond {
+		t.Errorf("the longest decision took %v, want at most 60 ms", r.longest)
+	}
+	if per > 1.1 {
+		t.Errorf("%.2f key syncs a request, want at most 1.1", per)
+	}
 }
 
 // TestSimSlowStoreSliding is TestSimSlowStore of a sliding window, from
