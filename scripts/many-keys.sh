@@ -38,6 +38,9 @@
 #   D=5s KEYS=20000 C=32 scripts/many-keys.sh
 #   ONLY=B scripts/many-keys.sh               # workload B alone
 #   ZALLOW=0.5 ONLY=B scripts/many-keys.sh    # workload B's rule with local_allowance 0.5 (shares hold half its limit)
+#   ZALG=sliding_window ONLY=B scripts/many-keys.sh # workload B of a sliding window (or token_bucket); the
+#                                             # limit check stays per second, which a sliding window
+#                                             # may deny under, and the counter a fixed window's
 #   ONLY=A REPLICAS=4 scripts/many-keys.sh    # workload A on 4 replicas alone
 #   SETTLED=1 ONLY=A scripts/many-keys.sh     # workload A on replicas that hold the keys
 #   ALG=sliding_window ONLY=A scripts/many-keys.sh # workload A of a sliding window (shares from its second window)
@@ -66,6 +69,12 @@ trap cleanup EXIT
 
 go build -o "$work/" ./cmd/ratelimit-svc ./cmd/rlsbench
 ALG=${ALG:-fixed_window} # workload A's algorithm
+ZALG=${ZALG:-fixed_window} # workload B's
+case "$ZALG" in fixed_window | sliding_window | token_bucket) ;; *)
+  echo "many-keys: ZALG=$ZALG: want fixed_window, sliding_window or token_bucket" >&2
+  exit 2
+  ;;
+esac
 case "$ALG" in fixed_window | sliding_window | token_bucket) ;; *)
   echo "many-keys: ALG=$ALG: want fixed_window, sliding_window or token_bucket" >&2
   exit 2
@@ -85,7 +94,7 @@ descriptors:
   - key: user
     rate_limit: {unit: minute, requests_per_unit: 100, algorithm: $ALG$burst_yaml}
   - key: zipf
-    rate_limit: {unit: second, requests_per_unit: 10${ZALLOW:+, local_allowance: $ZALLOW}}
+    rate_limit: {unit: second, requests_per_unit: 10, algorithm: $ZALG${ZALLOW:+, local_allowance: $ZALLOW}}
 EOF
 
 # Thirteen free loopback ports: Redis, the floor, gRPC and HTTP of each
@@ -133,10 +142,10 @@ start_replicas() { # count: starts that many on a flushed Redis
     wait_port "${ports[$((3 + 2 * i))]}" "${reps[$i]}"
   done
 }
-warm_up() { # period in seconds: wait for the first window that begins 4 s from now or later (a sliding window's or a token bucket's: the one after)
+warm_up() { # period in seconds [algorithm, $ALG]: wait for the first window that begins 4 s from now or later (a sliding window's or a token bucket's: the one after)
   [ "${WARM:-1}" = 0 ] && return 0
   local later=0
-  [ "$ALG" != fixed_window ] && later=1
+  [ "${2:-$ALG}" != fixed_window ] && later=1
   python3 -c "
 import math, time
 p = $1; now = time.time()
@@ -295,7 +304,9 @@ def tables(rows_file, duration, keys, c, zkeys, zipf):
         lim = d["accuracy"]["limit"]
         sum_limits = lim["keys"] * lim["limit"] / lim["window_seconds"]
         print()
-        print(f"## B: 4 replicas, {fmt(zkeys)} keys `zipf={{k}}` at 10/second each, Zipf s={zipf}, c={c} closed loop, {duration}")
+        zalg = os.environ.get("ZALG", "fixed_window")
+        alg = "" if zalg == "fixed_window" else f" ({zalg})"
+        print(f"## B: 4 replicas, {fmt(zkeys)} keys `zipf={{k}}` at 10/second each{alg}, Zipf s={zipf}, c={c} closed loop, {duration}")
         print()
         print("Closed loop: the offered load is what the callers could send; the sum of limits is over the keys")
         print("that got traffic. Windows are Unix seconds by send time, over all replicas. A request answered")
@@ -382,7 +393,7 @@ done
 
 if [ "${ONLY:-}" != A ]; then
   start_replicas 4
-  warm_up 1
+  warm_up 1 "$ZALG"
   snapshot beforeB 4
   bench "$work/b.json" -addr "$(addrs 4)" -descriptor 'zipf={k}' -keys "$ZKEYS" -zipf "$ZIPF" -limit 10 -per second
   snapshot afterB 4
@@ -407,4 +418,4 @@ case "$ALG" in
   sliding_window) echo "Workload A's rule: $ALG (static shares from the second window that begins a lease after the replicas joined)." ;;
   token_bucket) echo "Workload A's rule: $ALG of a capacity of ${BURST:-its rate per minute} (static shares of epochs of ${APERIOD} s from the second that begins a lease after the replicas joined)." ;;
 esac
-python3 "$work/mk.py" tables "$work/rows" "$D" "$KEYS" "$C" "$ZKEYS" "$ZIPF"
+ZALG="$ZALG" python3 "$work/mk.py" tables "$work/rows" "$D" "$KEYS" "$C" "$ZKEYS" "$ZIPF"

@@ -20,12 +20,14 @@ const boundaryLead = tick + 2*time.Millisecond
 // starvedInNewWindow reports a key whose view predates the current window
 // of its shortest period while it holds less than half its last grant: the
 // old window's tight budget left it short, and the new window has room, so
-// it syncs now rather than make its next request wait. A token bucket's
+// it syncs now rather than make its next request wait (a sliding
+// window's, if the view leaves a unit for each of the n replicas at
+// snow). A token bucket's
 // whose share of the new epoch was released ahead (a busy key) syncs too,
 // to release the share of the epoch after: until every replica has, the
 // credit granted out of the released shares lapses as the epoch ends.
 // cs.mu must be held.
-func (cs *creditState) starvedInNewWindow(snow int64) bool {
+func (cs *creditState) starvedInNewWindow(snow, n int64) bool {
 	v := cs.view.Load()
 	if v != nil && cs.rule.Algorithm == TokenBucket && cs.share != nil {
 		ep := snow / int64(cs.ws[0].Period)
@@ -40,7 +42,17 @@ func (cs *creditState) starvedInNewWindow(snow int64) bool {
 			i = j
 		}
 	}
-	return v.windows[i].Epoch < snow/int64(cs.ws[i].Period) && 2*cs.credit.Load() < max(cs.grant.Load(), 1)
+	if v.windows[i].Epoch >= snow/int64(cs.ws[i].Period) || 2*cs.credit.Load() >= max(cs.grant.Load(), 1) {
+		return false
+	}
+	// A sliding window's new epoch counts the old one whole at its
+	// start: one the old epoch nearly filled has room for a unit or two,
+	// which every starved replica's round would race for at the boundary
+	// (one round a replica an epoch, for every key at its limit, most of
+	// them granted nothing). It syncs now only if the view leaves a unit
+	// for each of the n replicas; else its next request asks.
+	return cs.rule.Algorithm != SlidingWindow ||
+		v.windows[i].Remaining(cs.ws[i], SlidingWindow, snow) >= satAdd(v.others, uint64(max(n, 1)))
 }
 
 // holdsStill reports a key that has nothing to push, no waiter and one

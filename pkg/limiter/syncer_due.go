@@ -95,7 +95,7 @@ func (e *engine) scanDue(now int64) []*creditState {
 		if cs.inflight || cs.collected { // in a round, or listed for one
 			return
 		}
-		starved := cs.starvedInNewWindow(snow) && now-cs.lastUse.Load() < int64(quietInterval)
+		starved := cs.starvedInNewWindow(snow, e.replicas.Load()) && now-cs.lastUse.Load() < int64(quietInterval)
 		if !cs.needsSync() && !starved {
 			idle, keep := now-cs.lastUse.Load(), 2*int64(maxPeriod(cs.rule))
 			switch {
