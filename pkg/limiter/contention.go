@@ -305,7 +305,7 @@ func (e *engine) releaseOne(key string, x *contention, snow, now int64, items *[
 			case x.shrink > 0 && sharer:
 				asked = e.askShrink(cs, epoch, n, x.fresh, now)
 			}
-			if x.fresh && yieldable(cs, x) {
+			if x.fresh && yieldable(cs) {
 				e.yieldHeld(key, x)
 			} else if asked {
 				e.enqueue(cs)
@@ -322,13 +322,17 @@ func (e *engine) releaseOne(key string, x *contention, snow, now int64, items *[
 	return false
 }
 
-// yieldable reports a fixed-window key that holds credit, or hits of
-// spent credit not yet pushed. A sliding window's credit lasts to its
-// next sync, and is handed out a unit at a time near the limit
-// (dryGetsOne): handed back, it would leave this replica's requests to
-// wait.
-func yieldable(cs *creditState, x *contention) bool {
-	return x.rule.Algorithm == FixedWindow && (cs.credit.Load() > 0 || cs.hits.Load() > 0)
+// yieldable reports a key that holds credit, or hits of spent credit not
+// yet pushed. A sliding window's and a token bucket's yield too, though
+// their credit is handed out a unit at a time near the limit
+// (dryGetsOne) and this replica's next request may then wait: kept to
+// the holder's next sync, the waiters of the replica that published the
+// key, which count on it coming back (keptElsewhere), polled the store
+// every few milliseconds until it did or their wait ran out (190 ms).
+// Denied at once instead, they were denied units the holder then did
+// not use.
+func yieldable(cs *creditState) bool {
+	return cs.credit.Load() > 0 || cs.hits.Load() > 0
 }
 
 // yieldHeld has the next round of key, published contended again, hand
@@ -342,7 +346,7 @@ func (e *engine) yieldHeld(key string, x *contention) {
 	if ent == nil {
 		return
 	}
-	if cs := ent.cs.Load(); cs != nil && yieldable(cs, x) {
+	if cs := ent.cs.Load(); cs != nil && yieldable(cs) {
 		if cs.credit.Load() > 0 {
 			cs.yield.Store(true)
 		}

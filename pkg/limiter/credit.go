@@ -364,24 +364,18 @@ func (cs *creditState) viewWait(snow int64, n int64) time.Duration {
 }
 
 // releasedWait is viewWait once the other replicas have released what
-// they hold and do not use: the static shares, and for a fixed window
-// with shares their credit too (SyncResult.Contended, yieldable). It is
-// what a waiter on a contended key may expect.
+// they hold and do not use: the static shares, and for a key with shares
+// their credit too (SyncResult.Contended). It is what a waiter on a
+// contended key may expect.
 func (cs *creditState) releasedWait(snow int64, n int64) time.Duration {
 	v := cs.view.Load()
 	return cs.waitOn(v, snow, n, cs.keptElsewhere(v))
 }
 
 // keptElsewhere is what of v.others the other replicas keep when the key
-// is published contended: their reservations, unless the key is a fixed
-// window's with shares, whose holders hand their credit back (yieldable).
-// A sliding window's or a token bucket's keep it to their next sync: its
-// waiters, counted as if it came back, polled the store every few
-// milliseconds to the end of their wait (StoreTimeout + contentionWait,
-// 190 ms) and were then denied; they are denied at once, and the key
-// denies locally until a unit frees.
+// is published contended: their reservations, unless the key has shares.
 func (cs *creditState) keptElsewhere(v *storeView) uint64 {
-	if cs.share != nil && cs.rule.Algorithm == FixedWindow {
+	if cs.share != nil {
 		return 0
 	}
 	return v.others - v.held

@@ -74,6 +74,10 @@ type keyRun struct {
 	// admits lists, by key, the instants (Unix ns) requests were admitted
 	// at, for the sliding window's check (checkSliding).
 	admits map[uint64][]int64
+	// denials lists, by key, the instants (Unix ns) requests were denied
+	// at from measureFrom, for the sliding window's check of denials that
+	// fit (slidingDeniedRoom).
+	denials map[uint64][]int64
 }
 
 // add starts a replica and returns its index.
@@ -112,7 +116,7 @@ func (s keySim) run(t *testing.T) *keyRun {
 	r := &keyRun{s: s, admitted: map[[2]uint64]uint64{}, offered: map[[2]uint64]uint64{},
 		decided: map[[2]uint64]uint64{}, deniedAt: map[[2]uint64]uint64{},
 		denied: map[[2]uint64]uint64{}, how: map[[2]uint64]map[string]uint64{}, deniedHow: map[[2]uint64]map[string]uint64{},
-		admits: map[uint64][]int64{}}
+		admits: map[uint64][]int64{}, denials: map[uint64][]int64{}}
 	synctest.Test(t, func(t *testing.T) {
 		store := s.store
 		if store == nil {
@@ -227,6 +231,7 @@ func (r *keyRun) decide(l *limiter.Limiter, li int, k uint64, measuring bool) {
 		}
 		r.how[wa][fmt.Sprintf("r%d/%v@%dms", li, out[0].Mode, sent.Sub(r.start).Milliseconds()/1000*1000)]++
 	} else if measuring {
+		r.denials[k] = append(r.denials[k], time.Now().UnixNano())
 		r.denied[w]++
 		if r.deniedHow[w] == nil {
 			r.deniedHow[w] = map[string]uint64{}
