@@ -64,10 +64,14 @@ func (cs *creditState) holdsStill(now int64) bool {
 		now-cs.lastSync < int64(quietInterval)
 }
 
-// needsSync: a key with nothing to push, no credit and no waiters has
-// nothing to say to the store. cs.mu must be held.
-func (cs *creditState) needsSync() bool {
-	return cs.hits.Load() != 0 || cs.refunds.Load() != 0 || len(cs.late) > 0 || cs.prb().owed() || cs.credit.Load() > 0 || len(cs.waiters) > 0 || cs.refill ||
+// needsSync: a key with nothing to push, no credit backed at now (local
+// ns) and no waiters has nothing to say to the store: credit whose
+// reservation lapsed is not handed back, the store drops the
+// reservation itself (a sync a key, a second after a grant its requests
+// did not spend, found nothing to say). cs.mu must be held.
+func (cs *creditState) needsSync(now int64) bool {
+	return cs.hits.Load() != 0 || cs.refunds.Load() != 0 || len(cs.late) > 0 || cs.prb().owed() ||
+		cs.credit.Load() > 0 && now < cs.backedTo.Load() || len(cs.waiters) > 0 || cs.refill ||
 		cs.kicked.Load() || cs.view.Load() == nil && cs.share == nil || cs.share != nil && cs.share.has(flagRelease|flagShrink)
 }
 

@@ -41,7 +41,7 @@ func (e *engine) collectDue(now int64, full bool) []*creditState {
 	for _, cs := range asked {
 		cs.mu.Lock()
 		switch {
-		case cs.inflight || cs.collected || !cs.needsSync():
+		case cs.inflight || cs.collected || !cs.needsSync(now):
 		case cs.refill && now < cs.nextSync && !cs.kicked.Load() && len(cs.waiters) == 0,
 			cs.heldWait && now < cs.nextSync:
 			later = append(later, cs) // a refill, or held elsewhere: not due yet
@@ -96,7 +96,7 @@ func (e *engine) scanDue(now int64) []*creditState {
 			return
 		}
 		starved := cs.starvedInNewWindow(snow, e.replicas.Load()) && now-cs.lastUse.Load() < int64(quietInterval)
-		if !cs.needsSync() && !starved {
+		if !cs.needsSync(now) && !starved {
 			idle, keep := now-cs.lastUse.Load(), 2*int64(maxPeriod(cs.rule))
 			switch {
 			case idle > keep:
