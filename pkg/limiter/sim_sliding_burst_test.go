@@ -19,10 +19,11 @@ import (
 // epoch: 58 admitted in the first second, then one a second, each
 // request waiting some 170 ms on rounds that found no room (about 1.5 key
 // syncs a request); replicas now say they pushed that epoch's share hits
-// (SyncItem.ReleasePrev), as a token bucket's do.
+// (SyncItem.ReleasePrev), as a token bucket's do. The replicas follow
+// the store's contention feed, as they follow Redis's.
 func TestSimSlidingBurstAfterQuiet(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		st := &itemCounter{Store: memstore.New(nil)}
+		st := &feedCounter{Store: memstore.New(nil)}
 		ls := scaleOutIn(t, st, 2)
 		time.Sleep(3 * time.Minute) // all four are sharers
 		rule := slidingRule(100, time.Minute)
@@ -71,14 +72,7 @@ func TestSimSlidingBurstAfterQuiet(t *testing.T) {
 
 // slidingWorst is the highest sliding count of a window of period p
 // (ns) at any of the admits (Unix ns, sorted), each counted in.
-func slidingWorst(admits []int64, p int64) int64 {
-	count := map[int64]int64{}
-	var worst int64
-	for _, a := range admits {
-		e := a / p
-		count[e]++
-		left := p - (a - e*p)
-		worst = max(worst, count[e]+(count[e-1]*left+p-1)/p)
-	}
+func slidingWorst(admits []int64, p int64) (worst uint64) {
+	walkSliding(admits, p, func(_ int64, n, _, _ uint64) { worst = max(worst, n) })
 	return worst
 }

@@ -67,20 +67,30 @@ func (r *keyRun) slidingExcess(found func(k uint64, at time.Duration, n, cur, pr
 	p := int64(w.Period)
 	for k, at := range r.admits {
 		slices.Sort(at)
-		count := map[int64]uint64{} // admits by epoch, so far
-		for _, a := range at {
-			e := a / p
-			count[e]++
-			left := uint64(p - (a - e*p))
-			weighted := (count[e-1]*left + uint64(p) - 1) / uint64(p)
-			if n := count[e] + weighted; n > w.Limit {
+		walkSliding(at, p, func(a int64, n, cur, prev uint64) {
+			if n > w.Limit {
 				over++
 				most = max(most, n-w.Limit)
-				found(k, time.Duration(a-r.start.UnixNano()), n, count[e], count[e-1])
+				found(k, time.Duration(a-r.start.UnixNano()), n, cur, prev)
 			}
-		}
+		})
 	}
 	return over, most
+}
+
+// walkSliding calls each for every admit of at (Unix ns, sorted) with
+// the sliding count of a window of period p (ns) the admit made: its
+// epoch's admits so far, and the epoch before's weighted by the part of
+// it still inside the window, rounded up as the engine rounds.
+func walkSliding(at []int64, p int64, each func(a int64, n, cur, prev uint64)) {
+	count := map[int64]uint64{} // admits by epoch, so far
+	for _, a := range at {
+		e := a / p
+		count[e]++
+		left := uint64(p - (a - e*p))
+		weighted := (count[e-1]*left + uint64(p) - 1) / uint64(p)
+		each(a, count[e]+weighted, count[e], count[e-1])
+	}
 }
 
 // checkLimit fails t for a window of a key over the limit (check), or
