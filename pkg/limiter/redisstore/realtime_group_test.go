@@ -467,6 +467,13 @@ const rtFoundingSpan = 100 * time.Millisecond
 // joinSpread is how far apart the group's replicas joined the registry
 // (their joined instants, store clock).
 func (g *rtGroup) joinSpread() time.Duration {
+	first, last := g.joinRange()
+	return time.Duration(last-first) * time.Microsecond
+}
+
+// joinRange is when the first and the last of the group's replicas
+// joined, by the registry (Redis TIME, Unix µs).
+func (g *rtGroup) joinRange() (first, last int64) {
 	g.t.Helper()
 	probe := redis.NewClient(&redis.Options{Addr: g.addr})
 	defer probe.Close()
@@ -474,7 +481,6 @@ func (g *rtGroup) joinSpread() time.Duration {
 	if err != nil {
 		g.t.Fatal(err)
 	}
-	var lo, hi int64
 	for f, v := range joined {
 		if !strings.HasPrefix(f, "j:") {
 			continue
@@ -483,10 +489,10 @@ func (g *rtGroup) joinSpread() time.Duration {
 		if err != nil {
 			g.t.Fatalf("joined instant %s=%q: %v", f, v, err)
 		}
-		if lo == 0 || us < lo {
-			lo = us
+		if first == 0 || us < first {
+			first = us
 		}
-		hi = max(hi, us)
+		last = max(last, us)
 	}
-	return time.Duration(hi-lo) * time.Microsecond
+	return first, last
 }

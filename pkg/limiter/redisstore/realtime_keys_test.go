@@ -469,7 +469,8 @@ func TestRealtimeFoundingMinute(t *testing.T) {
 	g.logStats(t)
 	from := start.UnixNano() / int64(w.Period)
 	rtAssertWithin(t, calls, int(w.Limit), w.Period, from, end.UnixNano()/int64(w.Period)+1)
-	spread := g.joinSpread()
+	first, last := g.joinRange()
+	spread := time.Duration(last-first) * time.Microsecond
 	t.Logf("the replicas joined %v apart", spread)
 	if spread >= rtFoundingSpan {
 		// A starved machine started the second replica too late to be
@@ -478,7 +479,42 @@ func TestRealtimeFoundingMinute(t *testing.T) {
 		t.Logf("not founders together: not every decision local is expected")
 		return
 	}
-	if waited := len(calls) - modes["local"]; waited > 0 {
+	var waited, newcomer int
+	for _, c := range calls {
+		switch {
+		case c.mode == limiter.ModeLocal:
+		case rtSplitEpoch(c, w.Period, first, last):
+			newcomer++
+		default:
+			waited++
+		}
+	}
+	if newcomer > 0 {
+		t.Logf("%d requests not decided locally in a window whose lease cutoff fell between the joins (the later replica a newcomer there)", newcomer)
+	}
+	if waited > 0 {
 		t.Errorf("%d of %d requests were not decided locally: %v", waited, len(calls), modes)
 	}
+}
+
+// rtSplitEpoch reports a call sent or answered in a window whose lease
+// cutoff (its start less a lease) fell between two joins (first, last:
+// Unix µs): the first replica is a sharer of it, the later one a
+// newcomer, which borrows a share of each key with its first request of
+// it (a round), by design. With joins d apart, about one run in
+// period/d has such a window begin during its traffic: one CI run beside
+// a CPU hog (joins 47 ms apart) had one begin in its last moments, and
+// 16 of 3 670 requests were not decided locally. Arranged on purpose
+// (joins 58 ms apart, the cutoff between them, traffic across the
+// boundary), 302 of 1 596 requests went so, every one in that window.
+func rtSplitEpoch(c rtCall, period time.Duration, first, last int64) bool {
+	p := int64(period / time.Microsecond)
+	lu := int64(rtLease / time.Microsecond)
+	for _, at := range []int64{c.start / 1000, c.end / 1000} {
+		cut := at/p*p - lu
+		if first <= cut && cut < last {
+			return true
+		}
+	}
+	return false
 }
