@@ -221,11 +221,10 @@ local function sliding_shares(shares, w, epoch, np, nn, share, declared)
   local prev, active, released, counted = 0, 0, 0, {}
   for f, r in pairs(shares) do
     if released_in(r, epoch + 1) then released = released + 1 end
-    local s = {epoch = r.s.epoch, cur = r.s.cur, prev = r.s.prev, tat = r.s.tat}
-    roll(s, w)
+    local sprev = rolled_prev(r.s, epoch)
     local lp = lent_of(r, epoch - 1)
     local loan = lp > 0
-    if loan or s.prev > 0 or released_in(r, epoch - 1) or shrunk_n(r, epoch - 1) > 0 then
+    if loan or sprev > 0 or released_in(r, epoch - 1) or shrunk_n(r, epoch - 1) > 0 then
       local lim = size
       if loan then
         lim = lp
@@ -233,7 +232,7 @@ local function sliding_shares(shares, w, epoch, np, nn, share, declared)
         active = active + 1
         lim = shrunk_limit(w, share, r, epoch - 1, np, lim, f, declared, counted)
       end
-      if not released_in(r, epoch - 1) then prev = satadd(prev, satsub(lim, s.prev)) end
+      if not released_in(r, epoch - 1) then prev = satadd(prev, satsub(lim, sprev)) end
     end
   end
   prev = satadd(prev, unreported_shares(w, share, max(math.abs(np) - active, 0), size, declared, counted))
@@ -394,10 +393,9 @@ local function charge_shares(rec, ws, se, n, nn, np, gone, share, h, nsh, releas
   local size = share_size(w, share, n)
   local all, own, released, returns, active, settled = 0, 0, 0, MAXEXACT, 0, 0
   local declared = epoch == se and gone.declared -- share field → N (SyncItem.Shrunk)
-  local withrec = {} -- the declared sharers counted with their records
+  local withrec = declared and {} -- the declared sharers counted with their records
   for f, r in pairs(shares) do
-    local s = {epoch = r.s.epoch, cur = r.s.cur, prev = r.s.prev, tat = r.s.tat}
-    roll(s, w)
+    local scur = rolled_cur(r.s, epoch)
     -- A record with nothing reported or released this epoch counts as
     -- none: with the unreported shares. One that holds a loan of it
     -- counts as the loan, not as one of the sharers.
@@ -405,7 +403,7 @@ local function charge_shares(rec, ws, se, n, nn, np, gone, share, h, nsh, releas
     local kn = shrunk_n(r, epoch)
     local shrunk = kn > 0
     local rel = released_in(r, epoch)
-    if loan or s.cur > 0 or rel or shrunk then
+    if loan or scur > 0 or rel or shrunk then
       local lim = size
       if loan then
         lim = r.lent
@@ -418,7 +416,7 @@ local function charge_shares(rec, ws, se, n, nn, np, gone, share, h, nsh, releas
           settled = settled + 1
         end
       end
-      local left = satsub(lim, s.cur) -- remaining of a fixed window of lim
+      local left = satsub(lim, scur) -- remaining of a fixed window of lim
       if rel then
         released = satadd(released, left)
         returns = min(returns, (r.rel + 1) * w.p)

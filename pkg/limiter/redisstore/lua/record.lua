@@ -108,6 +108,19 @@ local function roll(s, w)
   s.epoch = e
 end
 
+-- rolled_cur and rolled_prev are s.cur and s.prev once s is rolled to
+-- epoch e, s left as it is.
+local function rolled_cur(s, e)
+  if e <= s.epoch then return s.cur end
+  return 0
+end
+
+local function rolled_prev(s, e)
+  local x = s.epoch
+  if e <= x then return s.prev elseif e == x + 1 then return s.cur end
+  return 0
+end
+
 -- KeyRecord.lost: every window state zero, as a record the store lost.
 local function lost(st)
   for i = 1, #st do
@@ -252,7 +265,7 @@ end
 -- sync set.
 local function new_rec()
   return {own = 0, owned = false, others = 0, last = 0, pressed = 0, shares = NOSHARES, nshares = 0,
-    w = false, x = false, st = false, dels = false, gen = 0, g = false, b = false, base = false, bdirty = false,
+    w = false, w0 = false, x = false, st = false, dels = false, gen = 0, g = false, b = false, base = false, bdirty = false,
     settled = 0, synced = 0, syncedn = 0, q = false}
 end
 
@@ -306,8 +319,8 @@ local function load(key, nw)
     elseif f == 'p' then
       rec.pressed = tonumber(flat[i + 1]) or 0
     elseif f == 'g' then
-      rec.g = flat[i + 1]
-      rec.gen = tonumber(rec.g) or 0
+      rec.g = tonumber(flat[i + 1])
+      rec.gen = rec.g or 0
     elseif f == 'b' then
       rec.b = flat[i + 1]
     elseif f == 'q' then
@@ -352,6 +365,7 @@ local function load(key, nw)
   end
   rec.w, rec.x = w or false, x or false
   local s = w and nw == 1 and window_state(w)
+  if s then rec.w0 = {s.epoch, s.cur, s.prev, s.tat} end -- as stored: save compares
   rec.st = s and {s} or parse_states(w, nw)
   return rec
 end
@@ -383,8 +397,9 @@ local function save(key, rec, ws, credit, expires, oheld, contended, lent, probe
     -- a sliding window's records of an epoch count in the next, a token
     -- bucket's in the two after; its next epoch's first sync settles
     local after = 1 + record_epochs()
-    for _, r in pairs(rec.shares) do
-      x = max(x, fresh_at(r.s, ws[1], true), (max(r.rel, r.le, r.ke) + after) * ws[1].p)
+    local p = ws[1].p
+    for _, r in pairs(rec.shares) do -- fresh_at of a share record, or later
+      x = max(x, (max(r.s.epoch, r.rel, r.le, r.ke) + after) * p)
     end
     if alg == BUCKET and rec.synced > 0 then x = max(x, (rec.synced + 2) * ws[1].p) end
   end
@@ -393,9 +408,13 @@ local function save(key, rec, ws, credit, expires, oheld, contended, lent, probe
   x = min(max(x, now + 1), MAXEXACT)
 
   local fields, n = {false, false, false, false, false, false}, 0
-  local enc = encode_states(st)
-  if enc ~= rec.w then
-    fields[1], fields[2], n = 'w', enc, 2
+  s = st[1]
+  local w0 = rec.w0
+  if not (nw == 1 and w0 and s.epoch == w0[1] and s.cur == w0[2] and s.prev == w0[3] and s.tat == w0[4]) then
+    local enc = encode_states(st)
+    if enc ~= rec.w then
+      fields[1], fields[2], n = 'w', enc, 2
+    end
   end
   if x ~= rec.x then
     fields[n + 1], fields[n + 2], n = 'x', fmt(x), n + 2
@@ -431,9 +450,8 @@ local function save(key, rec, ws, credit, expires, oheld, contended, lent, probe
       fields[n + 1], fields[n + 2], n = 'q', q, n + 2
     end
   end
-  local g = fmt(rec.gen)
-  if g ~= rec.g then
-    fields[n + 1], fields[n + 2], n = 'g', g, n + 2
+  if rec.gen ~= rec.g then
+    fields[n + 1], fields[n + 2], n = 'g', fmt(rec.gen), n + 2
   end
   if rec.bdirty then
     if rec.base then
