@@ -567,10 +567,11 @@ func TestFailedReleaseStaysInItsEpoch(t *testing.T) {
 }
 
 // TestShareAsksAheadAfterSpentEpoch: a key whose static share of fewer
-// than aheadAlways units is nearly spent asks for credit ahead (kicked)
-// only when the epoch before spent the whole share too; one whose last
-// epoch left part of it does not, and its request beyond the share waits
-// for a round instead. A larger share asks at its last eighth anyway.
+// than aheadAlways units is spent asks for credit ahead (kicked) only
+// when the epoch before spent the whole share too, and only at its last
+// unit; one whose last epoch left part of it does not, and its request
+// beyond the share waits for a round instead. A larger share asks at its
+// last eighth anyway.
 func TestShareAsksAheadAfterSpentEpoch(t *testing.T) {
 	l := New(WithStore(nopStore{}, "r"))
 	sec := int64(time.Second / time.Microsecond)
@@ -599,8 +600,11 @@ func TestShareAsksAheadAfterSpentEpoch(t *testing.T) {
 	if spend(1, 2) { // the epoch before spent 1 of 2
 		t.Fatal("asked ahead with the epoch before spending half its share")
 	}
-	if !spend(2, 1) { // the epoch before spent its share of 2
-		t.Fatal("did not ask ahead at half of the share after an epoch that spent it whole")
+	if spend(2, 1) { // the epoch before spent its share of 2; half of this one left
+		t.Fatal("asked ahead at half of a share of 2: the round would push half of it")
+	}
+	if !spend(2, 1) { // spent
+		t.Fatal("did not ask ahead at the last unit of a share of 2 after an epoch that spent it whole")
 	}
 	// A share of aheadAlways or more asks at its last eighth regardless.
 	big := &Rule{Algorithm: FixedWindow, Windows: []Window{{Limit: 4 * aheadAlways, Period: time.Second}}}

@@ -91,10 +91,13 @@ func itemKind(it *limiter.SyncItem, r *limiter.SyncResult) string {
 // replica had spent and not pushed (0.61–0.63 counted from the start,
 // whose first seconds, before any share, poll much more); 0.29 since
 // (a30ead7; 0.39 from the start), as real B measures (0.53–0.57 and
-// 0.27–0.28 HGETALLs per decision). Logged by class: most of them the
-// waits of keys over their limit, each replica's round that finds a
-// window full, and the releases that keys under their limit need once
-// one replica's requests outgrow its share. Bound: 0.35.
+// 0.27–0.28 HGETALLs per decision); 0.24 since a share of 2 asks for
+// credit ahead once spent, not at its first unit (aheadAt), which pushed
+// half of it and had the others' shares released for the next waiter.
+// Logged by class: most of them the waits of keys over their limit,
+// each replica's round that finds a window full, and the releases that
+// keys under their limit need once one replica's requests outgrow its
+// share. Bound: 0.27.
 func TestSimSkewedKeySyncs(t *testing.T) {
 	largeSim(t)
 	t.Parallel()
@@ -140,7 +143,7 @@ func TestSimSkewedKeySyncs(t *testing.T) {
 	}
 	t.Logf("%d requests, %d key syncs (%.2f a request); from 5 s on %d requests, %d key syncs (%.2f a request): by class %v; the most: %s",
 		r.requests, st.all, float64(st.all)/float64(r.requests), measured, st.items, per, classes, strings.Join(top, ", "))
-	if per > 0.35 {
-		t.Errorf("%.2f key syncs a request from 5 s on, want at most 0.35", per)
+	if per > 0.27 {
+		t.Errorf("%.2f key syncs a request from 5 s on, want at most 0.27", per)
 	}
 }
