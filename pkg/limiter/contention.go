@@ -301,7 +301,7 @@ func (e *engine) releaseOne(key string, x *contention, snow, now int64, items *[
 			var asked bool
 			switch {
 			case x.plain:
-				asked = cs.share.askRelease(through)
+				asked = cs.share.askRelease(through, epoch)
 			case x.shrink > 0 && sharer:
 				asked = e.askShrink(cs, epoch, n, x.fresh, now)
 			}
@@ -408,14 +408,25 @@ func (e *engine) unrelease(items []SyncItem) {
 }
 
 // askRelease asks for the release of the share through epoch unless it
-// is released or asked for already, and reports whether it asked. The
-// sync that takes it releases through the epoch it reckons (releaseUpTo).
-func (sh *shareState) askRelease(epoch int64) bool {
+// is released or asked for already, or, through the current epoch ep
+// alone, spent and pushed whole: releasing it would free nothing and
+// cost a round (a key over its limit, whose replicas spend their shares
+// first thing each epoch, synced once a replica for each publication).
+// It reports whether it asked. The sync that takes it releases through
+// the epoch it reckons (releaseUpTo).
+func (sh *shareState) askRelease(epoch, ep int64) bool {
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
-	if sh.released >= epoch || sh.has(flagRelease) {
+	if sh.released >= epoch || sh.has(flagRelease) || epoch == ep && sh.spentWhole(ep) {
 		return false
 	}
 	sh.set(flagRelease)
 	return true
+}
+
+// spentWhole reports a share of epoch ep, not a loan, spent whole and
+// pushed. sh.mu must be held.
+func (sh *shareState) spentWhole(ep int64) bool {
+	return sh.epoch == ep && sh.size > 0 && !sh.has(flagLent) && sh.state.Epoch == ep &&
+		sh.state.Cur >= sh.size && sh.pendingN.Load() == 0
 }
