@@ -72,7 +72,9 @@ end
 local MAXEXACT = 9007199254740991
 
 local function satadd(a, b)
-  return min(a + b, MAXEXACT)
+  local s = a + b
+  if s > MAXEXACT then return MAXEXACT end
+  return s
 end
 
 local function satsub(a, b)

@@ -69,7 +69,7 @@
 -- (countBucket).
 local function charge(st, ws, h, nh, settled, from, to, count)
   for k = 0, nh - 1 do
-    local at, units = tonumber(args[h + 2 * k]), num(h + 2 * k + 1)
+    local at, units = tonum(args[h + 2 * k]), num(h + 2 * k + 1)
     local t = min(at, now)
     if not (settled > 0 and idiv(t, ws[1].p) <= settled or from and t < from or to and t >= to) then
       for i = 1, #ws do
@@ -331,7 +331,7 @@ local function charge_shares(rec, ws, se, n, nn, np, gone, share, h, nsh, releas
   -- a loan of the epoch the replica holds and the record does not (the
   -- store lost it) is made again, at most a share
   local relend = 0
-  if has and se == epoch and n ~= 0 then relend = min(lent, share_size(w, share, n)) end
+  if lent > 0 and has and se == epoch and n ~= 0 then relend = min(lent, share_size(w, share, n)) end
   -- a shrink of the epoch the replica names, by a sharer of it
   local shrinks = has and se == epoch and n > 0 and shrink > n
   local past = rprev == 1 and alg ~= FIXED
@@ -352,7 +352,7 @@ local function charge_shares(rec, ws, se, n, nn, np, gone, share, h, nsh, releas
     for k = 0, nsh - 1 do
       local units = num(h + 2 * k + 1)
       if units > 0 then
-        charge_at(r.s, w, tonumber(args[h + 2 * k]), units, true)
+        charge_at(r.s, w, tonum(args[h + 2 * k]), units, true)
       end
     end
     if release ~= 0 then -- ShareRecord.release: the current epoch or the next; ahead: the next alone
@@ -370,9 +370,10 @@ local function charge_shares(rec, ws, se, n, nn, np, gone, share, h, nsh, releas
     if nsh > 0 or release ~= 0 then r.dirty = true end
   end
   local shares = rec.shares
-  local last = epoch - record_epochs() -- dropShares
+  local kept = record_epochs()
+  local last, lapse = epoch - kept, (1 + kept) * w.p -- dropShares; fresh_at of a share record, less its epoch's start
   for f, r in pairs(shares) do
-    if fresh_at(r.s, w, true) <= now and r.rel < last and r.le < last and r.ke < last then
+    if r.s.epoch * w.p + lapse <= now and r.rel < last and r.le < last and r.ke < last then
       shares[f] = nil
       rec.nshares = rec.nshares - 1
       if r.stored then del(rec, f) end
@@ -411,7 +412,7 @@ local function charge_shares(rec, ws, se, n, nn, np, gone, share, h, nsh, releas
         active = active + 1
         if ng > 0 and gone[f] then ng = ng - 1 end
         local k = declared and declared[f]
-        lim = shrunk_limit(w, share, r, epoch, n, lim, f, declared, withrec)
+        if r.ke ~= 0 or declared then lim = shrunk_limit(w, share, r, epoch, n, lim, f, declared, withrec) end
         if rel or shrunk and kn >= nrep or k and k >= nrep or epoch == se and gone[f] then
           settled = settled + 1
         end
@@ -531,7 +532,8 @@ local function rule_at(a)
   a = a + 2
   for i = 1, nw do
     local p = tonum(args[a])
-    ws[i] = {p = p, limit = tonum(args[a + 1]), cap = ra == BUCKET and tonum(args[a + 2]) or 0, e = idiv(now, p)}
+    local e = idiv(now, p)
+    ws[i] = {p = p, limit = tonum(args[a + 1]), cap = ra == BUCKET and tonum(args[a + 2]) or 0, e = e, s = e * p}
     a = a + 3
   end
   local share, nrep, lease, se = num4(a)
@@ -707,7 +709,7 @@ local function main(keys, argv)
   now, args = clock(), argv
   mine, myshare = 'r:' .. argv[1], 's:' .. argv[1]
   if #keys > 1 then
-    seen, seen_units, seen_exp, seen_w, rules = {}, {}, {}, {}, {}
+    seen, seen_units, seen_exp, seen_w, seen_s, rules = {}, {}, {}, {}, {}, {}
   else
     seen, rules = false, false
   end

@@ -32,8 +32,10 @@ end
 -- expiry, often one credit and one count). A call of several keys
 -- converts each distinct one once: seen maps a string to its number,
 -- seen_units and seen_exp a reservation to its parts, seen_w one
--- window's state to {epoch, cur, prev, tat}; false for a call of one key.
-local seen, seen_units, seen_exp, seen_w
+-- window's state to {epoch, cur, prev, tat}, seen_s a share record to
+-- {epoch, cur, prev, tat, released} (the records of one epoch, many
+-- keys' alike); false for a call of one key.
+local seen, seen_units, seen_exp, seen_w, seen_s
 
 -- tonum is tonumber, once per distinct string in a call.
 local function tonum(v)
@@ -192,7 +194,7 @@ local function charge_at(s, w, at, n, share)
   end
   roll(s, w)
   local e = w.e
-  if at < now then e = idiv(at, w.p) end
+  if at < w.s then e = idiv(at, w.p) end -- at < now: its epoch, w.e from w.s (its start) on
   if e == s.epoch then
     s.cur = n < 0 and satsub(s.cur, -n) or satadd(s.cur, n)
   elseif e == s.epoch - 1 then
@@ -218,11 +220,18 @@ local function fresh_at(s, w, share)
   return (s.epoch + 1) * w.p
 end
 
--- parse_share splits a share record, "epoch cur prev tat released".
+-- parse_share splits a share record, "epoch cur prev tat released",
+-- parsed once per distinct string in a call.
 local function parse_share(v)
-  local e, c, p, t, r = match(v, '^(%-?%d+) (%d+) (%d+) (%-?%d+) (%-?%d+)$')
-  return {s = {epoch = tonumber(e), cur = tonumber(c), prev = tonumber(p), tat = tonumber(t)},
-    rel = tonumber(r), lent = 0, le = 0, lp = 0, kn = 0, ke = 0, kp = 0, from = 0, stored = true}
+  local m = seen and seen_s[v]
+  if not m then
+    local e, c, p, t, r = match(v, '^(%-?%d+) (%d+) (%d+) (%-?%d+) (%-?%d+)$')
+    m = {tonumber(e), c == '0' and 0 or tonumber(c), p == '0' and 0 or tonumber(p), t == '0' and 0 or tonumber(t),
+      r == '0' and 0 or tonumber(r)}
+    if seen then seen_s[v] = m end
+  end
+  return {s = {epoch = m[1], cur = m[2], prev = m[3], tat = m[4]},
+    rel = m[5], lent = 0, le = 0, lp = 0, kn = 0, ke = 0, kp = 0, from = 0, stored = true}
 end
 
 -- add_apart puts the loans, shrinks and release runs read (l:<id>
