@@ -616,3 +616,34 @@ func TestShareAsksAheadAfterSpentEpoch(t *testing.T) {
 		t.Fatalf("did not ask ahead at the last unit of a share of %d, with no epoch before", aheadAlways)
 	}
 }
+
+// TestSpentShareNotReleased: a publication asks a replica to release its
+// share of the epoch, unless the share is spent whole and pushed, which
+// a release would not free a unit of (a round for nothing). Spent but
+// not pushed, or with a unit left, or a release through the next epoch
+// too (a sliding window's), it asks.
+func TestSpentShareNotReleased(t *testing.T) {
+	const e = int64(1000)
+	share := func(cur uint64, pending int64) *shareState {
+		sh := &shareState{epoch: e, size: 2, state: WindowState{Epoch: e, Cur: cur}}
+		sh.pendingN.Store(pending)
+		return sh
+	}
+	if share(2, 0).askRelease(e, e) {
+		t.Fatal("asked to release a share spent whole and pushed")
+	}
+	if !share(2, 1).askRelease(e, e) {
+		t.Fatal("did not ask to release a spent share with a unit not pushed")
+	}
+	if !share(1, 0).askRelease(e, e) {
+		t.Fatal("did not ask to release a share with a unit left")
+	}
+	if !share(2, 0).askRelease(e+1, e) {
+		t.Fatal("did not ask to release the next epoch's share with this one's")
+	}
+	lent := share(2, 0)
+	lent.set(flagLent)
+	if !lent.askRelease(e, e) {
+		t.Fatal("did not ask to release a loan spent whole")
+	}
+}
