@@ -242,12 +242,22 @@ func (e *engine) spend(cs *creditState, n, now int64) bool {
 	if !ok {
 		return false
 	}
-	if 2*c < g && cs.kicked.CompareAndSwap(false, true) {
+	if 2*c < g && !cs.kicked.Load() && cs.roomBeyond(e, c, now) && cs.kicked.CompareAndSwap(false, true) {
 		// Early sync at half credit: due at the next tick, batched with
 		// the other keys; only waiters wake the loop at once.
 		e.enqueue(cs)
 	}
 	return true
+}
+
+// roomBeyond reports whether the last view of a fixed window leaves a
+// unit free beyond the credit c and the hits not yet pushed: else a
+// round asking for credit ahead would get none (over workload B's keys
+// at their limit, an eighth of the key syncs pushed a unit and got
+// nothing), and the next request that finds no credit asks instead. A
+// sliding window's and a token bucket's units free as time passes.
+func (cs *creditState) roomBeyond(e *engine, c, now int64) bool {
+	return cs.rule.Algorithm != FixedWindow || cs.view.Load() == nil || cs.viewWait(e.storeNow(now), max(c, 0)+1) == 0
 }
 
 // chargeDebt records the hits of a denied request of an AlwaysCharge

@@ -347,6 +347,8 @@ func (e *engine) apply(cs *creditState, r *SyncResult) {
 	}
 	if len(cs.waiters) > 0 {
 		cs.settleWaiters(e, now, r.Contended, now < backed, int64(r.Credit) > cs.unused)
+	} else if cs.credit.Load() <= 0 {
+		cs.deniedIfFull(e, now)
 	}
 	if cs.kicked.Load() || len(cs.waiters) > 0 {
 		e.enqueue(cs) // asked again while the round was in flight

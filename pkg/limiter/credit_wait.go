@@ -326,8 +326,8 @@ func (cs *creditState) overrunShare(e *engine, now int64) int64 {
 func (cs *creditState) settleWaiters(e *engine, now int64, contended, usable, gained bool) {
 	snow := e.storeNow(now)
 	cs.answerWaiters(func(n int64) bool { return cs.releasedWait(snow, n) > 0 }, false)
-	if wait := cs.releasedWait(snow, 1); wait > 0 && cs.credit.Load() <= 0 {
-		cs.deniedTo.Store(now + int64(cs.deniedFor(e, wait)))
+	if cs.credit.Load() <= 0 {
+		cs.deniedIfFull(e, now)
 	}
 	if len(cs.waiters) == 0 {
 		return
@@ -349,6 +349,15 @@ func (cs *creditState) settleWaiters(e *engine, now int64, contended, usable, ga
 	// one instant: a simulation's virtual clock stopped there.)
 	if usable && !contended && !held && (gained || cs.waiting > cs.asked) {
 		e.kick()
+	}
+}
+
+// deniedIfFull has the key deny locally while not even one unit fits in
+// its view once the other replicas release what they hold (deniedFor).
+// cs.mu must be held.
+func (cs *creditState) deniedIfFull(e *engine, now int64) {
+	if wait := cs.releasedWait(e.storeNow(now), 1); wait > 0 {
+		cs.deniedTo.Store(now + int64(cs.deniedFor(e, wait)))
 	}
 }
 
