@@ -121,13 +121,18 @@ func (e *engine) runRounds(ctx context.Context) {
 // do it too, but none runs while a slow round is in flight, and hits
 // admitted in one window and pushed in the next were charged to the
 // next, which then looked full to keys sent no more than their limit in
-// it. A wake that comes after the boundary sets nothing aside.
+// it. A wake that comes after the boundary sets nothing aside. It
+// wakes twice a second: half a boundaryLead before the boundary, and
+// lastSnapshot before it, so that the hits admitted between the two are
+// charged to the window that admitted them too (pushed after the
+// boundary, they made the next window look full with a unit of it still
+// free).
 func (e *engine) runBoundaries(ctx context.Context) {
 	const sec = int64(time.Second / time.Microsecond)
-	early := int64(boundaryLead / 2 / time.Microsecond)
-	for {
+	leads := [2]int64{int64(boundaryLead / 2 / time.Microsecond), int64(lastSnapshot / time.Microsecond)}
+	for i := 0; ; i = 1 - i {
 		snow := e.storeNow(e.now())
-		next := (snow/sec+1)*sec - early
+		next := (snow/sec+1)*sec - leads[i]
 		if next <= snow {
 			next += sec
 		}
@@ -149,6 +154,10 @@ func (e *engine) runBoundaries(ctx context.Context) {
 		})
 	}
 }
+
+// lastSnapshot is how long before a whole second of the store clock
+// ends runBoundaries sets the unpushed hits aside the second time.
+const lastSnapshot = 500 * time.Microsecond
 
 // runUpkeep heartbeats, polls the contention feed where the store cannot
 // push it, renews slot leases and follows the store's health, every tick.
