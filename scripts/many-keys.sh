@@ -37,6 +37,7 @@
 #   scripts/many-keys.sh                      # D=10s KEYS=100000 C=64
 #   D=5s KEYS=20000 C=32 scripts/many-keys.sh
 #   ONLY=B scripts/many-keys.sh               # workload B alone
+#   ZRATE=10000 ONLY=B scripts/many-keys.sh   # workload B in an open loop at 10 000 req/s, the counter too
 #   ZALLOW=0.5 ONLY=B scripts/many-keys.sh    # workload B's rule with local_allowance 0.5 (shares hold half its limit)
 #   ZALG=sliding_window ONLY=B scripts/many-keys.sh # workload B of a sliding window (or token_bucket); the
 #                                             # limit check stays per second, which a sliding window
@@ -306,9 +307,14 @@ def tables(rows_file, duration, keys, c, zkeys, zipf):
         print()
         zalg = os.environ.get("ZALG", "fixed_window")
         alg = "" if zalg == "fixed_window" else f" ({zalg})"
-        print(f"## B: 4 replicas, {fmt(zkeys)} keys `zipf={{k}}` at 10/second each{alg}, Zipf s={zipf}, c={c} closed loop, {duration}")
+        zrate = os.environ.get("ZRATE", "")
+        loop = f"open loop at {fmt(int(zrate))} req/s (at most {c} in flight)" if zrate else f"c={c} closed loop"
+        print(f"## B: 4 replicas, {fmt(zkeys)} keys `zipf={{k}}` at 10/second each{alg}, Zipf s={zipf}, {loop}, {duration}")
         print()
-        print("Closed loop: the offered load is what the callers could send; the sum of limits is over the keys")
+        if zrate:
+            print("Open loop: the replicas and the counter are offered the same load; the sum of limits is over the keys")
+        else:
+            print("Closed loop: the offered load is what the callers could send; the sum of limits is over the keys")
         print("that got traffic. Windows are Unix seconds by send time, over all replicas. A request answered")
         print("in a later second than it was sent in may have been decided in either, so the checks are made")
         print("twice: by send time, and surely (only answers that came in the second they were sent in, and a")
@@ -395,7 +401,7 @@ if [ "${ONLY:-}" != A ]; then
   start_replicas 4
   warm_up 1 "$ZALG"
   snapshot beforeB 4
-  bench "$work/b.json" -addr "$(addrs 4)" -descriptor 'zipf={k}' -keys "$ZKEYS" -zipf "$ZIPF" -limit 10 -per second
+  bench "$work/b.json" -addr "$(addrs 4)" -descriptor 'zipf={k}' -keys "$ZKEYS" -zipf "$ZIPF" -limit 10 -per second ${ZRATE:+-rate "$ZRATE"}
   snapshot afterB 4
   stop_replicas
   python3 "$work/mk.py" row B "$work/b.json" "$work/beforeB.json" "$work/afterB.json" >>"$work/rows"
@@ -407,7 +413,7 @@ if [ "${ONLY:-}" != A ]; then
     done
     for ((i = 0; i < 4; i++)); do wait_port "${ports[$((2 + 2 * i))]}" "${reps[$i]}"; done
     snapshot beforeC 0
-    bench "$work/c.json" -addr "$(addrs 4)" -descriptor 'zipf={k}' -keys "$ZKEYS" -zipf "$ZIPF" -limit 10 -per second
+    bench "$work/c.json" -addr "$(addrs 4)" -descriptor 'zipf={k}' -keys "$ZKEYS" -zipf "$ZIPF" -limit 10 -per second ${ZRATE:+-rate "$ZRATE"}
     snapshot afterC 0
     stop_replicas
     python3 "$work/mk.py" row C "$work/c.json" "$work/beforeC.json" "$work/afterC.json" >>"$work/rows"
