@@ -50,6 +50,10 @@ type creditAtomics struct {
 	// spending counts spends and refunds in transit between the credit
 	// and the hits (settle).
 	spending atomic.Int64
+	// hitsSec is the whole second of the store clock of the latest hit
+	// counted (credit_hits.go); secs its bookkeeping.
+	hitsSec atomic.Int64
+	secs    hitSeconds
 	// releasing is the local ns until which waiters wait past their
 	// StoreTimeout: the last reply said other replicas hold shares of the
 	// key that the store asked them to release (SyncResult.Contended).
@@ -238,7 +242,7 @@ func (e *engine) spend(cs *creditState, n, now int64) bool {
 		return false
 	}
 	g := cs.grant.Load()
-	c, ok := cs.spendCredit(n, g/reserveShare)
+	c, ok := cs.spendCredit(n, g/reserveShare, e.storeSec(now))
 	if !ok {
 		return false
 	}
@@ -265,19 +269,20 @@ func (cs *creditState) roomBeyond(e *engine, c, now int64) bool {
 // limit, a debt the window's later requests pay.
 func (e *engine) chargeDebt(r *Request, hits uint64, now int64) {
 	cs := e.creditFor(r.Key, r.Rule, now)
-	cs.hits.Add(int64(min(hits, math.MaxInt64/2)))
+	cs.addHits(int64(min(hits, math.MaxInt64/2)), e.storeSec(now))
 	e.activate(cs)
 }
 
 // spendCredit admits n units from the credit if at least floor remains
-// after them (take), counting them among the hits to push; the spend is
-// in transit between the two, which settle waits out.
-func (cs *creditState) spendCredit(n, floor int64) (int64, bool) {
+// after them (take), counting them among the hits to push, of second sec
+// of the store clock; the spend is in transit between the two, which
+// settle waits out.
+func (cs *creditState) spendCredit(n, floor, sec int64) (int64, bool) {
 	cs.spending.Add(1)
 	defer cs.spending.Add(-1)
 	c, ok := cs.take(n, floor)
 	if ok {
-		cs.hits.Add(n)
+		cs.addHits(n, sec)
 	}
 	return c, ok
 }

@@ -1,6 +1,8 @@
 package limiter
 
 import (
+	"slices"
+	"sync"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -57,6 +59,113 @@ func TestAheadOnlyWithRoom(t *testing.T) {
 			if got := cs.kicked.Load(); got != tt.asks {
 				t.Errorf("%v, window at %d of 10 and a grant of 2 spent: asks ahead %v, want %v", tt.alg, tt.cur, got, tt.asks)
 			}
+		}
+	})
+}
+
+// TestHitsStampedInTheirSecond: hits admitted from credit are pushed
+// stamped within the second of the store clock they were admitted in,
+// whenever the round comes and with no boundary snapshot: those of a
+// second before the round's at its last µs, split from the ones admitted
+// since.
+func TestHitsStampedInTheirSecond(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		l := New(WithStore(nopStore{}, "r"))
+		rule := &Rule{Algorithm: FixedWindow, Windows: []Window{{Limit: 100, Period: time.Second}}}
+		boundary := time.Now().Truncate(time.Second).Add(time.Second)
+		b := l.eng.storeNow(boundary.UnixNano())
+		for i, after := range []int64{0, 1} {
+			cs := l.eng.newCredit(string(rune('a'+i)), rule, l.now())
+			now := l.now()
+			l.eng.prepare(cs, now)
+			l.eng.apply(cs, &SyncResult{Credit: 50, Windows: make([]WindowState, 1), Now: l.eng.storeNow(now)})
+			time.Sleep(time.Until(boundary.Add(-3 * time.Millisecond)))
+			if !l.eng.spend(cs, 2, l.now()) {
+				t.Fatal("2 units of 50 not spent")
+			}
+			time.Sleep(time.Until(boundary.Add(2 * time.Millisecond)))
+			if after > 0 && !l.eng.spend(cs, after, l.now()) {
+				t.Fatal("a unit of 48 not spent")
+			}
+			it := l.eng.prepare(cs, l.now())
+			want := []Hit{{At: b - 1, N: 2}}
+			if after > 0 {
+				want = append(want, Hit{At: l.eng.storeNow(l.now()), N: after})
+			}
+			if !slices.Equal(it.Hits, want) {
+				t.Errorf("2 admitted 3 ms before the boundary at %d, %d 2 ms after it: pushed %+v, want %+v", b, after, it.Hits, want)
+			}
+			boundary = boundary.Add(time.Second)
+			b = l.eng.storeNow(boundary.UnixNano())
+		}
+	})
+}
+
+// TestHitsNeverStampedEarlier: spends racing the rounds that take their
+// hits across second boundaries never have a hit stamped in a second
+// before the one it was admitted in (that would under-count the later
+// window); a hit may move to a later second, never to an earlier one.
+func TestHitsNeverStampedEarlier(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		l := New(WithStore(nopStore{}, "r"))
+		rule := &Rule{Algorithm: FixedWindow, Windows: []Window{{Limit: 1 << 40, Period: time.Second}}}
+		cs := l.eng.newCredit("k", rule, l.now())
+		now := l.now()
+		l.eng.prepare(cs, now)
+		l.eng.apply(cs, &SyncResult{Credit: 1 << 30, Windows: make([]WindowState, 1), Now: l.eng.storeNow(now)})
+		end := time.Now().Add(2500 * time.Millisecond) // within the lease
+		var mu sync.Mutex
+		admitted := map[int64]int64{}
+		pushed := map[int64]int64{}
+		var wg sync.WaitGroup
+		for g := range 4 {
+			wg.Go(func() {
+				for i := 0; time.Now().Before(end); i++ {
+					time.Sleep(time.Duration(100+(i*37+g*113)%900) * time.Microsecond)
+					now := l.now()
+					if !l.eng.spend(cs, 1, now) {
+						t.Error("a unit not spent")
+						return
+					}
+					mu.Lock()
+					admitted[l.eng.storeSec(now)]++
+					mu.Unlock()
+				}
+			})
+		}
+		take := func() {
+			cs.mu.Lock()
+			_, hits := cs.settle(l.eng.storeNow(l.now()))
+			cs.mu.Unlock()
+			mu.Lock()
+			for _, h := range hits {
+				pushed[h.At/1_000_000] += h.N
+			}
+			mu.Unlock()
+		}
+		wg.Go(func() {
+			for time.Now().Before(end) {
+				time.Sleep(2300 * time.Microsecond)
+				take()
+			}
+		})
+		wg.Wait()
+		take()
+		var secs []int64
+		for s := range admitted {
+			secs = append(secs, s)
+		}
+		slices.Sort(secs)
+		var a, p int64 // from the last second back
+		for i := len(secs) - 1; i >= 0; i-- {
+			a += admitted[secs[i]]
+			p += pushed[secs[i]]
+			if p < a {
+				t.Fatalf("from second %d on: %d hits admitted, %d pushed stamped there", secs[i], a, p)
+			}
+		}
+		if a != p {
+			t.Fatalf("%d admitted, %d pushed", a, p)
 		}
 	})
 }

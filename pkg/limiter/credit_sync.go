@@ -96,18 +96,18 @@ func (e *engine) prepare(cs *creditState, now int64) SyncItem {
 		cs.withdraw()
 		want = 0
 	}
-	var h int64
+	var taken []Hit
 	probe := e.probeFor(cs, snow, now)
 	if probe > 0 {
 		want = probeWant(want, cs.waiting) // the probe asks for the waiters' units
 	}
-	cs.unused, h = cs.settle()
+	cs.unused, taken = cs.settle(snow)
 	it := SyncItem{
 		Key: cs.key, Algorithm: cs.rule.Algorithm, Windows: cs.rule.Windows,
 		Unused: uint64(cs.unused), Want: want, Waiting: cs.waitingFor(e, now), Denied: uint64(cs.denied.Swap(0)),
 		Share: cs.rule.Tuning.share(), Replicas: int(e.replicas.Load()), Lease: lease,
 	}
-	it.Hits = cs.pushHits(h, snow)
+	it.Hits = cs.pushHits(taken, snow)
 	if probe > 0 {
 		it.Waiting = 0 // the probe is their request
 	}
@@ -195,12 +195,13 @@ func (cs *creditState) handBack(want uint64) {
 // credit read or among the hits taken (both only over-counts), never in
 // neither. A spend between taking its credit and counting its hit is in
 // transit (spending); the read is made again until none is. cs.mu must
-// be held.
-func (cs *creditState) settle() (unused, hits int64) {
+// be held. The hits are taken stamped for a push at store instant snow
+// (takeHits).
+func (cs *creditState) settle(snow int64) (unused int64, hits []Hit) {
 	for {
 		c := cs.credit.Load()
 		if cs.spending.Load() == 0 {
-			return max(c, 0), cs.hits.Swap(0)
+			return max(c, 0), cs.takeHits(snow)
 		}
 		runtime.Gosched()
 	}
@@ -218,18 +219,15 @@ func (cs *creditState) withdraw() {
 }
 
 // pushHits lists what a round pushes: the hits set aside before a window
-// boundary, the refunds, then the h hits admitted since, at snow. cs.mu
-// must be held.
-func (cs *creditState) pushHits(h, snow int64) []Hit {
+// boundary, the refunds, at snow, then the hits admitted since, taken
+// (takeHits). cs.mu must be held.
+func (cs *creditState) pushHits(taken []Hit, snow int64) []Hit {
 	hits := cs.late
 	cs.late = nil
 	if rf := cs.refunds.Swap(0); rf != 0 {
 		hits = append(hits, Hit{At: snow, N: -rf})
 	}
-	if h != 0 {
-		hits = append(hits, Hit{At: snow, N: h})
-	}
-	return hits
+	return append(hits, taken...)
 }
 
 // abort puts back what a failed round took. The hits are set aside with
@@ -298,7 +296,7 @@ func (e *engine) apply(cs *creditState, r *SyncResult) {
 	if now < backed {
 		// A reply that arrives after its reservation lapsed (an epoch's
 		// end, on a slow store) serves nobody.
-		cs.serveWaiters()
+		cs.serveWaiters(e.storeSec(now))
 	}
 	cs.serveFromShare(e, now)
 	cs.refreshOverrun(e, now)
@@ -393,7 +391,5 @@ func (cs *creditState) snapshotBoundary(snow int64) {
 	if (snow/p+1)*p-snow > int64(boundaryLead/time.Microsecond) {
 		return
 	}
-	if h := cs.hits.Swap(0); h != 0 {
-		cs.late = append(cs.late, Hit{At: snow, N: h}) // rides the next round
-	}
+	cs.late = append(cs.late, cs.takeHits(snow)...) // rides the next round
 }

@@ -76,7 +76,7 @@ func (e *engine) wait(cs *creditState, rule *Rule, n int64, now int64) Result {
 	// on a view every other replica may be spending too.
 	ok, wait := false, time.Duration(0)
 	if now < cs.backedTo.Load() {
-		if _, ok = cs.spendCredit(n, 0); ok {
+		if _, ok = cs.spendCredit(n, 0, e.storeSec(now)); ok {
 			e.count(ModeOverrun)
 		}
 	}
@@ -88,7 +88,7 @@ func (e *engine) wait(cs *creditState, rule *Rule, n int64, now int64) Result {
 	if !ok {
 		ok, wait = e.viewAdmits(cs, now, n)
 		if ok = ok && e.overrunOnView(cs, rule, n); ok {
-			cs.hits.Add(n)
+			cs.addHits(n, e.storeSec(now))
 			e.count(ModeOverrun)
 		} else {
 			wait = max(wait, rule.Tuning.syncInterval())
@@ -257,10 +257,10 @@ func (cs *creditState) serveFromShare(e *engine, now int64) {
 
 // serveWaiters hands fresh credit to the waiters in arrival order; those it
 // cannot serve are denied when the view says they cannot fit soon. cs.mu
-// must be held.
-func (cs *creditState) serveWaiters() {
+// must be held. Their hits are of second sec of the store clock.
+func (cs *creditState) serveWaiters(sec int64) {
 	cs.serveWith(func(n int64) bool {
-		_, ok := cs.spendCredit(n, 0)
+		_, ok := cs.spendCredit(n, 0, sec)
 		return ok
 	})
 }

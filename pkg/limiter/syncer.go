@@ -73,6 +73,9 @@ func (e *engine) kick() {
 // storeNow estimates the store clock (µs) at local instant now (ns).
 func (e *engine) storeNow(now int64) int64 { return now/1000 + e.offset.Load() }
 
+// storeSec is the whole second of the store clock at local instant now.
+func (e *engine) storeSec(now int64) int64 { return e.storeNow(now) / 1_000_000 }
+
 // runSync is the credit engine's loops: sync rounds when keys are due or
 // a request asks (runRounds), and beside them the upkeep of heartbeats,
 // the contention poll, concurrency slot leases and health (runUpkeep),
@@ -334,7 +337,7 @@ func (e *engine) shutdown() {
 		defer cs.mu.Unlock()
 		it := SyncItem{Key: cs.key, Algorithm: cs.rule.Algorithm, Windows: cs.rule.Windows,
 			Replicas: int(e.replicas.Load()), Lease: lease}
-		it.Hits = cs.pushHits(cs.hits.Swap(0), snow)
+		it.Hits = cs.pushHits(cs.takeHits(snow), snow)
 		cs.share.takeShare(&it, snow, cs.ws[0], false, snow/int64(cs.ws[0].Period))
 		for _, h := range it.ShareHits {
 			if p := int64(cs.ws[0].Period); h.At/p > snow/p {

@@ -1,0 +1,76 @@
+package limiter
+
+import "sync"
+
+// A key's hits admitted from credit are counted in creditState.hits and
+// pushed by a later round, stamped with an instant the store charges
+// them at. Every window is a whole number of seconds of the store clock,
+// aligned to the epoch, so hits stamped within the second of the store
+// clock they were admitted in are charged to the window that admitted
+// them. A round's push stamps them at its own instant; hits admitted in
+// one second and pushed in the next were charged to the next, which then
+// looked full with a unit of it still free (the boundary loop's
+// snapshots, runBoundaries, came a millisecond or two late on a busy
+// machine one time in two). So the hot path notes the second of its
+// latest hit (hitsSec): the first hit of a later second marks those
+// already counted as of the earlier one (aged), and a push stamps each
+// part in its own second (takeHits). A hit of an earlier second counted
+// after the mark is charged to the later one, over-counting it, never
+// the other way round.
+
+// hitSeconds is the second bookkeeping of a key's hits.
+type hitSeconds struct {
+	mu      sync.Mutex // orders a second's turn against takeHits
+	aged    int64      // of the hits, those admitted in agedSec or before
+	agedSec int64      // a whole second of the store clock (µs / 1e6)
+}
+
+// addHits counts n hits admitted in second sec of the store clock.
+func (cs *creditState) addHits(n, sec int64) {
+	if sec > cs.hitsSec.Load() {
+		cs.turnSecond(sec)
+	}
+	cs.hits.Add(n)
+}
+
+// turnSecond marks the hits counted so far as of the second before sec.
+// A hit of sec waits here until the mark is made, so none is counted in
+// the earlier second.
+func (cs *creditState) turnSecond(sec int64) {
+	cs.secs.mu.Lock()
+	defer cs.secs.mu.Unlock()
+	s := cs.hitsSec.Load()
+	if sec <= s {
+		return
+	}
+	if h := cs.hits.Load(); h > 0 && s > 0 {
+		cs.secs.aged, cs.secs.agedSec = h, s
+	}
+	cs.hitsSec.Store(sec)
+}
+
+// takeHits takes the unpushed hits, stamped for a push at store instant
+// snow: those of an earlier second at its last µs, the rest at snow or,
+// if the last of them came in an earlier second, at that second's last
+// µs. cs.mu must be held.
+func (cs *creditState) takeHits(snow int64) []Hit {
+	cs.secs.mu.Lock()
+	h := cs.hits.Swap(0)
+	aged, as, hs := min(cs.secs.aged, max(h, 0)), cs.secs.agedSec, cs.hitsSec.Load()
+	cs.secs.aged = 0
+	cs.secs.mu.Unlock()
+	const sec = 1_000_000
+	var out []Hit
+	if aged > 0 && (as+1)*sec <= snow {
+		out = append(out, Hit{At: (as+1)*sec - 1, N: aged})
+		h -= aged
+	}
+	if h == 0 {
+		return out
+	}
+	at := snow
+	if hs > 0 && h > 0 {
+		at = min(snow, (hs+1)*sec-1)
+	}
+	return append(out, Hit{At: at, N: h})
+}
