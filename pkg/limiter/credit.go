@@ -396,12 +396,20 @@ func (cs *creditState) keptElsewhere(v *storeView) uint64 {
 	return v.others - v.held
 }
 
+// waitOn is the time until n units fit in view v at store instant snow
+// beside others and the hits not yet pushed, those of a fixed window's
+// earlier epoch apart: charged to the epoch they were admitted in
+// (takeHits), they take nothing of the current one.
 func (cs *creditState) waitOn(v *storeView, snow, n int64, others uint64) time.Duration {
-	need := uint64(max(n, 1)) + others + uint64(max(cs.hits.Load(), 0))
+	hits, last := uint64(max(cs.hits.Load(), 0)), cs.hitsSec.Load()*1_000_000
 	a := cs.rule.Algorithm
 	var longest time.Duration
 	for i, w := range cs.ws {
 		c := v.windows[i]
+		need := uint64(max(n, 1)) + others
+		if p := int64(w.Period); a != FixedWindow || last == 0 || last/p >= snow/p {
+			need += hits
+		}
 		if capacity := w.Capacity(a); need > capacity {
 			clear := max(c.Wait(w, a, snow, capacity), c.UntilReset(w, a, snow))
 			longest = max(longest, clear*time.Microsecond, cs.rule.Tuning.syncInterval())

@@ -169,3 +169,36 @@ func TestHitsNeverStampedEarlier(t *testing.T) {
 		}
 	})
 }
+
+// TestOldHitsTakeNothingOfNewWindow: a fixed window's unpushed hits of
+// an epoch that is over, charged to it when pushed, do not count against
+// the current epoch in the view: a request that fits beside the hits
+// pushed in it is not held back by them. Once a hit of the current epoch
+// is counted, all unpushed hits count (an over-estimate).
+func TestOldHitsTakeNothingOfNewWindow(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		l := New(WithStore(nopStore{}, "r"))
+		rule := &Rule{Algorithm: FixedWindow, Windows: []Window{{Limit: 10, Period: time.Second}}}
+		cs := l.eng.newCredit("k", rule, l.now())
+		now := l.now()
+		l.eng.prepare(cs, now)
+		l.eng.apply(cs, &SyncResult{Credit: 6, Windows: make([]WindowState, 1), Now: l.eng.storeNow(now)})
+		boundary := time.Now().Truncate(time.Second).Add(time.Second)
+		time.Sleep(time.Until(boundary.Add(-3 * time.Millisecond)))
+		if !l.eng.spend(cs, 2, l.now()) {
+			t.Fatal("2 units of 6 not spent")
+		}
+		time.Sleep(time.Until(boundary.Add(2 * time.Millisecond)))
+		snow := l.eng.storeNow(l.now())
+		cs.view.Store(&storeView{windows: []WindowState{{Epoch: snow / 1e6, Cur: 8}}})
+		if w := cs.viewWait(snow, 2); w != 0 {
+			t.Errorf("2 hits of the second before unpushed, window at 8 of 10: 2 more wait %v, want 0", w)
+		}
+		if !l.eng.spend(cs, 1, l.now()) {
+			t.Fatal("a unit of 4 not spent")
+		}
+		if w := cs.viewWait(snow, 2); w == 0 {
+			t.Error("a hit of this second unpushed too, window at 8 of 10: 2 more fit, want a wait")
+		}
+	})
+}
