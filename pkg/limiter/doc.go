@@ -18,11 +18,12 @@
 // atomic add and a compare with no lock and no I/O, and a background loop
 // (Run) syncs due keys with the store in one batched round trip, pushing
 // the hits admitted and asking for more credit. Hits are charged to the
-// window they were admitted in: just before each whole second of the
-// store clock ends (and before any shorter window ends, at the round
-// loop's scans) a key's unpushed hits are set aside stamped in it, so a
-// round that comes after the boundary does not count them against the
-// next window (hits of the last few ms still go there). The store grants credit
+// window they were admitted in: the hot path notes the second of the
+// store clock of a key's latest hit, and a round stamps the unpushed
+// hits of an earlier second in that second (credit_hits.go), so a round
+// that comes after a boundary does not count them against the next
+// window; a hit of the earlier second counted just after the first of
+// the next may still go there, never the other way round. The store grants credit
 // only from the budget no replica has reserved (KeyRecord.Sync), so while
 // the store is healthy the replicas together never admit more than the
 // limit. A request that finds no credit waits for a round at most the
