@@ -50,10 +50,10 @@ type creditAtomics struct {
 	// spending counts spends and refunds in transit between the credit
 	// and the hits (settle).
 	spending atomic.Int64
-	// hitsSec is the whole second of the store clock of the latest hit
-	// counted (credit_hits.go); secs its bookkeeping.
-	hitsSec atomic.Int64
-	secs    hitSeconds
+	// secs notes the second of the store clock of the latest hit counted
+	// (credit_hits.go): 24 bytes, so a key with a share stays in the
+	// 512-byte size class.
+	secs hitSeconds
 	// releasing is the local ns until which waiters wait past their
 	// StoreTimeout: the last reply said other replicas hold shares of the
 	// key that the store asked them to release (SyncResult.Contended).
@@ -401,7 +401,7 @@ func (cs *creditState) keptElsewhere(v *storeView) uint64 {
 // earlier epoch apart: charged to the epoch they were admitted in
 // (takeHits), they take nothing of the current one.
 func (cs *creditState) waitOn(v *storeView, snow, n int64, others uint64) time.Duration {
-	hits, last := uint64(max(cs.hits.Load(), 0)), cs.hitsSec.Load()*1_000_000
+	hits, last := uint64(max(cs.hits.Load(), 0)), int64(cs.secs.last.Load())*1_000_000
 	a := cs.rule.Algorithm
 	var longest time.Duration
 	for i, w := range cs.ws {

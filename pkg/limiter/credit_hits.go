@@ -1,6 +1,9 @@
 package limiter
 
-import "sync"
+import (
+	"sync"
+	"sync/atomic"
+)
 
 // A key's hits admitted from credit are counted in creditState.hits and
 // pushed by a later round, stamped with an instant the store charges
@@ -12,7 +15,7 @@ import "sync"
 // looked full with a unit of it still free (the boundary loop's
 // snapshots, runBoundaries, came a millisecond or two late on a busy
 // machine one time in two). So the hot path notes the second of its
-// latest hit (hitsSec): the first hit of a later second marks those
+// latest hit (hitSeconds.last): the first hit of a later second marks those
 // already counted as of the earlier one (aged), and a push stamps each
 // part in its own second (takeHits). A hit of an earlier second counted
 // after the mark is charged to the later one, over-counting it, never
@@ -20,15 +23,18 @@ import "sync"
 
 // hitSeconds is the second bookkeeping of a key's hits.
 type hitSeconds struct {
-	mu      sync.Mutex // orders a second's turn against takeHits
-	aged    int64      // of the hits, those admitted in agedSec or before
-	agedSec int64      // a whole second of the store clock (µs / 1e6)
+	mu sync.Mutex // orders a second's turn against takeHits
+	// last is the whole second of the store clock (µs / 1e6, 32 bits
+	// until 2106) of the latest hit counted; 0: none yet.
+	last    atomic.Uint32
+	agedSec uint32 // a second of the store clock
+	aged    int64  // of the hits, those admitted in agedSec or before
 }
 
 // addHits counts n hits admitted in second sec of the store clock.
 func (cs *creditState) addHits(n, sec int64) {
-	if sec > cs.hitsSec.Load() {
-		cs.turnSecond(sec)
+	if s := uint32(sec); s > cs.secs.last.Load() {
+		cs.turnSecond(s)
 	}
 	cs.hits.Add(n)
 }
@@ -36,17 +42,17 @@ func (cs *creditState) addHits(n, sec int64) {
 // turnSecond marks the hits counted so far as of the second before sec.
 // A hit of sec waits here until the mark is made, so none is counted in
 // the earlier second.
-func (cs *creditState) turnSecond(sec int64) {
+func (cs *creditState) turnSecond(sec uint32) {
 	cs.secs.mu.Lock()
 	defer cs.secs.mu.Unlock()
-	s := cs.hitsSec.Load()
+	s := cs.secs.last.Load()
 	if sec <= s {
 		return
 	}
 	if h := cs.hits.Load(); h > 0 && s > 0 {
 		cs.secs.aged, cs.secs.agedSec = h, s
 	}
-	cs.hitsSec.Store(sec)
+	cs.secs.last.Store(sec)
 }
 
 // takeHits takes the unpushed hits, stamped for a push at store instant
@@ -56,7 +62,7 @@ func (cs *creditState) turnSecond(sec int64) {
 func (cs *creditState) takeHits(snow int64) []Hit {
 	cs.secs.mu.Lock()
 	h := cs.hits.Swap(0)
-	aged, as, hs := min(cs.secs.aged, max(h, 0)), cs.secs.agedSec, cs.hitsSec.Load()
+	aged, as, hs := min(cs.secs.aged, max(h, 0)), int64(cs.secs.agedSec), int64(cs.secs.last.Load())
 	cs.secs.aged = 0
 	cs.secs.mu.Unlock()
 	const sec = 1_000_000
