@@ -50,10 +50,6 @@ type creditAtomics struct {
 	// spending counts spends and refunds in transit between the credit
 	// and the hits (settle).
 	spending atomic.Int64
-	// secs notes the second of the store clock of the latest hit counted
-	// (credit_hits.go): 24 bytes, so a key with a share stays in the
-	// 512-byte size class.
-	secs hitSeconds
 	// releasing is the local ns until which waiters wait past their
 	// StoreTimeout: the last reply said other replicas hold shares of the
 	// key that the store asked them to release (SyncResult.Contended).
@@ -62,6 +58,11 @@ type creditAtomics struct {
 	share *shareState
 	// ent is the key's table entry.
 	ent *entry
+	// secs notes the second of the store clock of the latest hit counted
+	// (credit_hits.go): 24 bytes, so a key with a share stays in the
+	// 512-byte size class; read by every spend, written once a second,
+	// away from the lines every spend writes.
+	secs hitSeconds
 
 	kicked atomic.Bool // a sync was asked for
 	// orphan: swept from the table (idle, holding nothing) while a
