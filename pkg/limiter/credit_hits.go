@@ -12,9 +12,11 @@ import (
 // clock they were admitted in are charged to the window that admitted
 // them. A round's push stamps them at its own instant; hits admitted in
 // one second and pushed in the next were charged to the next, which then
-// looked full with a unit of it still free (the boundary loop's
-// snapshots, runBoundaries, came a millisecond or two late on a busy
-// machine one time in two). So the hot path notes the second of its
+// looked full with a unit of it still free (a loop that set the hits
+// aside a few milliseconds before each second ended woke a millisecond
+// or two late on a busy machine one time in two, and the hits of the
+// last milliseconds went to the next second all the same; it is gone).
+// So the hot path notes the second of its
 // latest hit (hitSeconds.last): the first hit of a later second marks those
 // already counted as of the earlier one (aged), and a push stamps each
 // part in its own second (takeHits). A hit of an earlier second counted

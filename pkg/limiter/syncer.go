@@ -79,9 +79,8 @@ func (e *engine) storeSec(now int64) int64 { return e.storeNow(now) / 1_000_000 
 // runSync is the credit engine's loops: sync rounds when keys are due or
 // a request asks (runRounds), and beside them the upkeep of heartbeats,
 // the contention poll, concurrency slot leases and health (runUpkeep),
-// and the hits set aside at the end of each second (runBoundaries), each
-// loop on its own goroutine, so that a round a request waits for never
-// queues behind a heartbeat or a slot round; then, once all have
+// each loop on its own goroutine, so that a round a request waits for
+// never queues behind a heartbeat or a slot round; then, once both have
 // stopped, the final push.
 func (e *engine) runSync(ctx context.Context) {
 	e.started.Store(e.now())
@@ -89,7 +88,6 @@ func (e *engine) runSync(ctx context.Context) {
 	var wg sync.WaitGroup
 	wg.Go(func() { e.runRounds(ctx) })
 	wg.Go(func() { e.runUpkeep(ctx) })
-	wg.Go(func() { e.runBoundaries(ctx) })
 	wg.Wait()
 	e.shutdown()
 }
@@ -114,46 +112,6 @@ func (e *engine) runRounds(ctx context.Context) {
 		case <-e.kickCh:
 		}
 		e.syncRound(ctx)
-	}
-}
-
-// runBoundaries sets the unpushed hits of the active keys aside just
-// before each whole second of the store clock ends (snapshotBoundary),
-// where every window of a second or longer ends: stamped in the window
-// they were admitted in, they are charged to it. The round loop's scans
-// do it too, but none runs while a slow round is in flight, and hits
-// admitted in one window and pushed in the next were charged to the
-// next, which then looked full to keys sent no more than their limit in
-// it. A wake that comes after the boundary sets nothing aside; on a busy
-// machine one in two woke a millisecond or two late, and the hits of a
-// key's last milliseconds went to the next window all the same. What
-// stamps every hit in its second is the hot path's bookkeeping
-// (credit_hits.go); this loop is a second line.
-func (e *engine) runBoundaries(ctx context.Context) {
-	const sec = int64(time.Second / time.Microsecond)
-	early := int64(boundaryLead / 2 / time.Microsecond)
-	for {
-		snow := e.storeNow(e.now())
-		next := (snow/sec+1)*sec - early
-		if next <= snow {
-			next += sec
-		}
-		t := time.NewTimer(time.Duration(next-snow) * time.Microsecond)
-		select {
-		case <-ctx.Done():
-			t.Stop()
-			return
-		case <-t.C:
-		}
-		snow = e.storeNow(e.now())
-		e.eachActive(func(cs *creditState) {
-			if cs.hits.Load() == 0 {
-				return
-			}
-			cs.mu.Lock()
-			cs.snapshotBoundary(snow)
-			cs.mu.Unlock()
-		})
 	}
 }
 
