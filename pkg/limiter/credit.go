@@ -243,7 +243,7 @@ func (e *engine) spend(cs *creditState, n, now int64) bool {
 		return false
 	}
 	g := cs.grant.Load()
-	c, ok := cs.spendCredit(n, g/reserveShare, e.storeSec(now))
+	c, ok := cs.spendCredit(n, g/reserveShare, e.hitSec(now))
 	if !ok {
 		return false
 	}
@@ -270,7 +270,7 @@ func (cs *creditState) roomBeyond(e *engine, c, now int64) bool {
 // limit, a debt the window's later requests pay.
 func (e *engine) chargeDebt(r *Request, hits uint64, now int64) {
 	cs := e.creditFor(r.Key, r.Rule, now)
-	cs.addHits(int64(min(hits, math.MaxInt64/2)), e.storeSec(now))
+	cs.addHits(int64(min(hits, math.MaxInt64/2)), e.hitSec(now))
 	e.activate(cs)
 }
 

@@ -128,7 +128,7 @@ func TestHitsNeverStampedEarlier(t *testing.T) {
 						return
 					}
 					mu.Lock()
-					admitted[l.eng.storeSec(now)]++
+					admitted[l.eng.storeNow(now)/1_000_000]++
 					mu.Unlock()
 				}
 			})
@@ -199,6 +199,34 @@ func TestOldHitsTakeNothingOfNewWindow(t *testing.T) {
 		}
 		if w := cs.viewWait(snow, 2); w == 0 {
 			t.Error("a hit of this second unpushed too, window at 8 of 10: 2 more fit, want a wait")
+		}
+	})
+}
+
+// TestHitNearBoundaryCountsLater: a hit admitted within the clock's
+// uncertainty of a second's end, which the store may see in the next
+// second, is charged to the next, not stamped in the one that ends.
+func TestHitNearBoundaryCountsLater(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		l := New(WithStore(nopStore{}, "r"))
+		l.eng.clockErr.Store(int64(20 * time.Millisecond))
+		rule := &Rule{Algorithm: FixedWindow, Windows: []Window{{Limit: 100, Period: time.Second}}}
+		cs := l.eng.newCredit("k", rule, l.now())
+		now := l.now()
+		l.eng.prepare(cs, now)
+		l.eng.apply(cs, &SyncResult{Credit: 50, Windows: make([]WindowState, 1), Now: l.eng.storeNow(now)})
+		boundary := time.Now().Truncate(time.Second).Add(time.Second)
+		b := l.eng.storeNow(boundary.UnixNano())
+		for _, at := range []time.Duration{-50 * time.Millisecond, -10 * time.Millisecond} {
+			time.Sleep(time.Until(boundary.Add(at)))
+			if !l.eng.spend(cs, 1, l.now()) {
+				t.Fatal("a unit of credit not spent")
+			}
+		}
+		time.Sleep(time.Until(boundary.Add(5 * time.Millisecond)))
+		it := l.eng.prepare(cs, l.now())
+		if want := []Hit{{At: b - 1, N: 1}, {At: l.eng.storeNow(l.now()), N: 1}}; !slices.Equal(it.Hits, want) {
+			t.Errorf("hits 50 and 10 ms before the boundary at %d, the clock known within 20 ms: pushed %+v, want %+v", b, it.Hits, want)
 		}
 	})
 }

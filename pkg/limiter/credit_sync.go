@@ -296,7 +296,7 @@ func (e *engine) apply(cs *creditState, r *SyncResult) {
 	if now < backed {
 		// A reply that arrives after its reservation lapsed (an epoch's
 		// end, on a slow store) serves nobody.
-		cs.serveWaiters(e.storeSec(now))
+		cs.serveWaiters(e.hitSec(now))
 	}
 	cs.serveFromShare(e, now)
 	cs.refreshOverrun(e, now)

@@ -76,7 +76,7 @@ func (e *engine) wait(cs *creditState, rule *Rule, n int64, now int64) Result {
 	// on a view every other replica may be spending too.
 	ok, wait := false, time.Duration(0)
 	if now < cs.backedTo.Load() {
-		if _, ok = cs.spendCredit(n, 0, e.storeSec(now)); ok {
+		if _, ok = cs.spendCredit(n, 0, e.hitSec(now)); ok {
 			e.count(ModeOverrun)
 		}
 	}
@@ -88,7 +88,7 @@ func (e *engine) wait(cs *creditState, rule *Rule, n int64, now int64) Result {
 	if !ok {
 		ok, wait = e.viewAdmits(cs, now, n)
 		if ok = ok && e.overrunOnView(cs, rule, n); ok {
-			cs.addHits(n, e.storeSec(now))
+			cs.addHits(n, e.hitSec(now))
 			e.count(ModeOverrun)
 		} else {
 			wait = max(wait, rule.Tuning.syncInterval())

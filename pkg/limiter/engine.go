@@ -322,7 +322,7 @@ func (e *engine) degradedDecide(cs *creditState, rule *Rule, n int64, now int64)
 	e.count(ModeDegraded)
 	e.activate(cs) // its admits are pushed on recovery
 	if rule.Tuning.OnStoreUnavailable == FailOpen {
-		cs.addHits(n, e.storeSec(now))
+		cs.addHits(n, e.hitSec(now))
 		e.degradedUnits.Add(n)
 		cs.share.spentElsewhere(cs.ws, n, e.storeNow(now))
 		return Result{Allowed: true, Limit: rule.Windows[0].Limit, Period: rule.Windows[0].Period, Mode: ModeDegraded}
@@ -368,7 +368,7 @@ func (e *engine) degradedDecide(cs *creditState, rule *Rule, n int64, now int64)
 		res.Reset = res.RetryAfter
 		return res
 	}
-	cs.addHits(n, e.storeSec(now))
+	cs.addHits(n, e.hitSec(now))
 	e.degradedUnits.Add(n)
 	cs.share.spentElsewhere(cs.ws, n, e.storeNow(now))
 	if e.storeHealthy() && cs.kicked.CompareAndSwap(false, true) {

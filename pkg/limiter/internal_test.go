@@ -361,7 +361,7 @@ func TestBoundaryHitsSetAside(t *testing.T) {
 		cs := l.eng.creditFor([]byte("k"), rule, l.now())
 		boundary := time.Now().Truncate(time.Second).Add(time.Second)
 		time.Sleep(time.Until(boundary.Add(-100 * time.Millisecond)))
-		cs.addHits(3, l.eng.storeSec(l.now()))
+		cs.addHits(3, l.eng.hitSec(l.now()))
 		time.Sleep(200 * time.Millisecond)
 		cs.mu.Lock()
 		late := cs.takeHits(l.eng.storeNow(l.now()))
