@@ -8,6 +8,17 @@ import (
 	"time"
 )
 
+// synced makes key's credit state for rule and applies a first round
+// that grants credit and shows cur units used in the window of now.
+func synced(l *Limiter, key string, rule *Rule, credit, cur uint64) *creditState {
+	now := l.now()
+	cs := l.eng.newCredit(key, rule, now)
+	snow := l.eng.storeNow(now)
+	l.eng.prepare(cs, now)
+	l.eng.apply(cs, &SyncResult{Credit: credit, Windows: []WindowState{{Epoch: snow / 1e6, Cur: cur}}, Now: snow})
+	return cs
+}
+
 // TestFullWindowLearntFromAnyRound: a round that finds a fixed window
 // full of hits has the key deny locally until it clears, whether or not
 // requests waited for the round: a replica that pushed the hit that
@@ -22,10 +33,7 @@ func TestFullWindowLearntFromAnyRound(t *testing.T) {
 			denies bool
 		}{{9, false}, {10, true}} {
 			now := l.now()
-			cs := l.eng.newCredit(string(rune('a'+i)), rule, now)
-			snow := l.eng.storeNow(now)
-			l.eng.prepare(cs, now)
-			l.eng.apply(cs, &SyncResult{Windows: []WindowState{{Epoch: snow / 1e6, Cur: tt.cur}}, Now: snow})
+			cs := synced(l, string(rune('a'+i)), rule, 0, tt.cur)
 			if got := now < cs.deniedTo.Load(); got != tt.denies {
 				t.Errorf("window at %d of 10, no waiter: denies locally %v, want %v", tt.cur, got, tt.denies)
 			}
@@ -47,10 +55,7 @@ func TestAheadOnlyWithRoom(t *testing.T) {
 		}{{FixedWindow, 8, false}, {FixedWindow, 7, true}, {SlidingWindow, 8, true}} {
 			rule := &Rule{Algorithm: tt.alg, Windows: []Window{{Limit: 10, Period: time.Second}}}
 			now := l.now()
-			cs := l.eng.newCredit(string(rune('a'+i)), rule, now)
-			snow := l.eng.storeNow(now)
-			l.eng.prepare(cs, now)
-			l.eng.apply(cs, &SyncResult{Credit: 2, Windows: []WindowState{{Epoch: snow / 1e6, Cur: tt.cur}}, Now: snow})
+			cs := synced(l, string(rune('a'+i)), rule, 2, tt.cur)
 			for range 2 {
 				if !l.eng.spend(cs, 1, now) {
 					t.Fatalf("%v at %d: a unit of the grant of 2 not spent", tt.alg, tt.cur)
@@ -75,10 +80,7 @@ func TestHitsStampedInTheirSecond(t *testing.T) {
 		boundary := time.Now().Truncate(time.Second).Add(time.Second)
 		b := l.eng.storeNow(boundary.UnixNano())
 		for i, after := range []int64{0, 1} {
-			cs := l.eng.newCredit(string(rune('a'+i)), rule, l.now())
-			now := l.now()
-			l.eng.prepare(cs, now)
-			l.eng.apply(cs, &SyncResult{Credit: 50, Windows: make([]WindowState, 1), Now: l.eng.storeNow(now)})
+			cs := synced(l, string(rune('a'+i)), rule, 50, 0)
 			time.Sleep(time.Until(boundary.Add(-3 * time.Millisecond)))
 			if !l.eng.spend(cs, 2, l.now()) {
 				t.Fatal("2 units of 50 not spent")
@@ -109,10 +111,7 @@ func TestHitsNeverStampedEarlier(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		l := New(WithStore(nopStore{}, "r"))
 		rule := &Rule{Algorithm: FixedWindow, Windows: []Window{{Limit: 1 << 40, Period: time.Second}}}
-		cs := l.eng.newCredit("k", rule, l.now())
-		now := l.now()
-		l.eng.prepare(cs, now)
-		l.eng.apply(cs, &SyncResult{Credit: 1 << 30, Windows: make([]WindowState, 1), Now: l.eng.storeNow(now)})
+		cs := synced(l, "k", rule, 1<<30, 0)
 		end := time.Now().Add(2500 * time.Millisecond) // within the lease
 		var mu sync.Mutex
 		admitted := map[int64]int64{}
@@ -179,10 +178,7 @@ func TestOldHitsTakeNothingOfNewWindow(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		l := New(WithStore(nopStore{}, "r"))
 		rule := &Rule{Algorithm: FixedWindow, Windows: []Window{{Limit: 10, Period: time.Second}}}
-		cs := l.eng.newCredit("k", rule, l.now())
-		now := l.now()
-		l.eng.prepare(cs, now)
-		l.eng.apply(cs, &SyncResult{Credit: 6, Windows: make([]WindowState, 1), Now: l.eng.storeNow(now)})
+		cs := synced(l, "k", rule, 6, 0)
 		boundary := time.Now().Truncate(time.Second).Add(time.Second)
 		time.Sleep(time.Until(boundary.Add(-3 * time.Millisecond)))
 		if !l.eng.spend(cs, 2, l.now()) {
@@ -211,10 +207,7 @@ func TestHitNearBoundaryCountsLater(t *testing.T) {
 		l := New(WithStore(nopStore{}, "r"))
 		l.eng.clockErr.Store(int64(20 * time.Millisecond))
 		rule := &Rule{Algorithm: FixedWindow, Windows: []Window{{Limit: 100, Period: time.Second}}}
-		cs := l.eng.newCredit("k", rule, l.now())
-		now := l.now()
-		l.eng.prepare(cs, now)
-		l.eng.apply(cs, &SyncResult{Credit: 50, Windows: make([]WindowState, 1), Now: l.eng.storeNow(now)})
+		cs := synced(l, "k", rule, 50, 0)
 		boundary := time.Now().Truncate(time.Second).Add(time.Second)
 		b := l.eng.storeNow(boundary.UnixNano())
 		for _, at := range []time.Duration{-50 * time.Millisecond, -10 * time.Millisecond} {
