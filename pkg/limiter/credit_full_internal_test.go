@@ -198,28 +198,3 @@ func TestOldHitsTakeNothingOfNewWindow(t *testing.T) {
 		}
 	})
 }
-
-// TestHitNearBoundaryCountsLater: a hit admitted within the clock's
-// uncertainty of a second's end, which the store may see in the next
-// second, is charged to the next, not stamped in the one that ends.
-func TestHitNearBoundaryCountsLater(t *testing.T) {
-	synctest.Test(t, func(t *testing.T) {
-		l := New(WithStore(nopStore{}, "r"))
-		l.eng.clockErr.Store(int64(20 * time.Millisecond))
-		rule := &Rule{Algorithm: FixedWindow, Windows: []Window{{Limit: 100, Period: time.Second}}}
-		cs := synced(l, "k", rule, 50, 0)
-		boundary := time.Now().Truncate(time.Second).Add(time.Second)
-		b := l.eng.storeNow(boundary.UnixNano())
-		for _, at := range []time.Duration{-50 * time.Millisecond, -10 * time.Millisecond} {
-			time.Sleep(time.Until(boundary.Add(at)))
-			if !l.eng.spend(cs, 1, l.now()) {
-				t.Fatal("a unit of credit not spent")
-			}
-		}
-		time.Sleep(time.Until(boundary.Add(5 * time.Millisecond)))
-		it := l.eng.prepare(cs, l.now())
-		if want := []Hit{{At: b - 1, N: 1}, {At: l.eng.storeNow(l.now()), N: 1}}; !slices.Equal(it.Hits, want) {
-			t.Errorf("hits 50 and 10 ms before the boundary at %d, the clock known within 20 ms: pushed %+v, want %+v", b, it.Hits, want)
-		}
-	})
-}

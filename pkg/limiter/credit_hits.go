@@ -19,11 +19,9 @@ import (
 // So the hot path notes the second of its
 // latest hit (hitSeconds.last): the first hit of a later second marks those
 // already counted as of the earlier one (aged), and a push stamps each
-// part in its own second (takeHits). A hit admitted within the clock's
-// uncertainty of a second's end counts in the next second (hitSec), as
-// does one of an earlier second counted after the mark: a hit may be
-// charged to a later second, over-counting it, never to an earlier one,
-// which would under-count the window the store saw it in.
+// part in its own second (takeHits). A hit of an earlier second counted
+// after the mark is charged to the later one, over-counting it, never
+// the other way round.
 
 // hitSeconds is the second bookkeeping of a key's hits.
 type hitSeconds struct {

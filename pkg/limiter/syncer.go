@@ -74,12 +74,8 @@ func (e *engine) kick() {
 func (e *engine) storeNow(now int64) int64 { return now/1000 + e.offset.Load() }
 
 // hitSec is the second of the store clock a hit admitted at local
-// instant now is counted in (credit_hits.go): the later one, within the
-// clock's uncertainty of a boundary, so a hit is never charged to a
-// second before the one the store would see it in.
-func (e *engine) hitSec(now int64) int64 {
-	return (e.storeNow(now) + e.clockErr.Load()/1000 + 1) / 1_000_000
-}
+// instant now is counted in (credit_hits.go).
+func (e *engine) hitSec(now int64) int64 { return e.storeNow(now) / 1_000_000 }
 
 // runSync is the credit engine's loops: sync rounds when keys are due or
 // a request asks (runRounds), and beside them the upkeep of heartbeats,
