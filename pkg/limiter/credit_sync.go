@@ -379,10 +379,12 @@ func (cs *creditState) halfUsed(snow int64, reserved bool) bool {
 	return false
 }
 
-// snapshotBoundary sets the unpushed hits aside, stamped with now, when the
-// key's shortest window ends within boundaryLead, so the round after the
-// boundary charges them to the window they were admitted in rather than
-// starving the new one. cs.mu must be held.
+// snapshotBoundary sets the unpushed hits aside, stamped as takeHits
+// stamps them, when the key's shortest window ends within boundaryLead,
+// so the round after the boundary charges them to the window they were
+// admitted in rather than starving the new one. For windows of whole
+// seconds, every window the RLS API can express, takeHits alone already
+// does that; this remains for shorter ones. cs.mu must be held.
 func (cs *creditState) snapshotBoundary(snow int64) {
 	if cs.hits.Load() == 0 {
 		return
