@@ -118,6 +118,7 @@ func (e *engine) prepare(cs *creditState, now int64) SyncItem {
 	if cs.share != nil {
 		e.shareFields(cs, &it, snow, now)
 	}
+	cs.settleHold(e, &it, now)
 	cs.flying = 0
 	for _, hs := range [][]Hit{it.Hits, it.ShareHits} {
 		for _, h := range hs {

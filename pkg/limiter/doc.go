@@ -55,7 +55,11 @@
 // until the end of its window that holds the store's return plus
 // CacheTTL (at most a minute more), asking for no credit: by then every
 // replica has pushed its degraded admits, which credit granted earlier
-// would not have counted. A replica that has not reached the store since
+// would not have counted. Replicas come back apart (a call in flight
+// fails at its deadline), and one back in the next window settles a
+// window longer than the others: its rounds meanwhile have the store
+// hold its ⌈L/N⌉ as its reservation (SyncItem.Hold), so the credit the
+// others ask for leaves room for what it admits on its own. A replica that has not reached the store since
 // it started counts CacheTTL from its start and N as 1 (it has heard of no
 // other); once the store answers, a key still settling enforces ⌈L/N⌉ of
 // the N it hears then, if that is more.

@@ -1,6 +1,7 @@
 package limiter
 
 import (
+	"math"
 	"time"
 )
 
@@ -70,20 +71,61 @@ func (e *engine) settling(cs *creditState, now int64) bool {
 // settlingRule reports whether rule's keys may still be settling: the
 // store came back from an outage longer than the rule's CacheTTL, and
 // now is before the end of the rule's window that holds back + CacheTTL
-// (so every replica back by then ends it at the same boundary), at most
+// (replicas back within one window end it at the same boundary; one back
+// later holds its degraded part in the store: settleHold), at most
 // settleMax after back.
 func (e *engine) settlingRule(rule *Rule, now int64) bool {
+	return e.storeNow(now) < e.settleEnd(rule, now)
+}
+
+// settleEnd is when rule's keys stop settling (store clock, µs), or 0
+// if they do not settle at now (settlingRule).
+func (e *engine) settleEnd(rule *Rule, now int64) int64 {
 	ttl := int64(rule.Tuning.cacheTTL())
 	back := e.backAt.Load()
 	if back == 0 || e.downFor.Load() <= ttl || now-back >= ttl+int64(settleMax) {
-		return false
+		return 0
 	}
+	return e.settleEndAt(rule, back)
+}
+
+// settleEndAt is settleEnd for a store back at local ns back.
+func (e *engine) settleEndAt(rule *Rule, back int64) int64 {
+	ttl := int64(rule.Tuning.cacheTTL())
 	if len(rule.Windows) == 0 || rule.Windows[0].Period < time.Microsecond {
-		return now-back < ttl
+		return e.storeNow(back + ttl)
 	}
 	p := int64(rule.Windows[0].Period / time.Microsecond)
-	end := (e.storeNow(back+ttl)/p + 1) * p
-	return e.storeNow(now) < end
+	return (e.storeNow(back+ttl)/p + 1) * p
+}
+
+// settleHold fills a settling key's item with what the key may still
+// admit in degraded mode until it stops settling, for the store to hold
+// as its reservation (SyncItem.Hold); a round sent while degraded may be
+// the one the store answers, and holds it too. Replicas back from one
+// outage come back up to a store timeout or more apart, and one that came back just
+// before a window's boundary stops settling at it while one back just
+// after it settles through the next window: without the hold the first
+// is granted credit for units the second admits on its own, and the
+// window admits past L + N. The hold is the smallest window's degraded
+// part, whole: the key's hits pushed in the window count twice, which
+// is conservative. cs.mu must be held.
+func (cs *creditState) settleHold(e *engine, it *SyncItem, now int64) {
+	end := e.settleEnd(cs.rule, now)
+	if e.degraded(cs.rule, now) {
+		// The round may be the one the store answers again: the key
+		// then settles until the end that answer sets, at the latest.
+		end = e.settleEndAt(cs.rule, now+int64(roundTimeout))
+	}
+	if end <= e.storeNow(now) || !cs.degradedIn(e) {
+		return
+	}
+	n := max(cs.fb().n, 1)
+	hold := uint64(math.MaxUint64)
+	for _, w := range cs.rule.Windows {
+		hold = min(hold, (w.Capacity(cs.rule.Algorithm)+n-1)/n)
+	}
+	it.Hold, it.HoldUntil = hold, end
 }
 
 // settleMax bounds how long past its CacheTTL a key settles.

@@ -85,7 +85,9 @@ type Reservation struct {
 //  6. last mile: when waiters need more than that split gives, grant them
 //     directly from what is left, whatever N;
 //  7. record the reservation (kept + granted) until now + lease, or the
-//     epoch's end where it reaches into shares released in the epoch.
+//     epoch's end where it reaches into shares released in the epoch;
+//     or, where the replica holds more on its own (SyncItem.Hold), that
+//     until the later of the two ends.
 func (r *KeyRecord) Sync(replica string, it *SyncItem, now int64) SyncResult {
 	ws := storeWindows(it.Windows)
 	if len(r.Windows) != len(ws) {
@@ -102,7 +104,7 @@ func (r *KeyRecord) Sync(replica string, it *SyncItem, now int64) SyncResult {
 		case id == replica:
 			own = res.Units
 		default:
-			others = satAdd(others, res.Units)
+			others = min(satAdd(others, res.Units), MaxExact) // as a store in doubles sums them
 		}
 	}
 	r.lift(it, ws, now)
@@ -159,9 +161,16 @@ func (r *KeyRecord) Sync(replica string, it *SyncItem, now int64) SyncResult {
 		held.carry = bucketCarry(it, ws[0], held, satAdd(others, mine))
 	}
 	expires := shareExpiry(it, ws, held, mine, satSub(avail, held.released), now)
-	if mine > 0 {
+	switch {
+	case min(it.Hold, MaxExact) > mine && it.HoldUntil > now:
+		until := min(it.HoldUntil, MaxExact)
+		if mine > 0 {
+			until = max(until, expires)
+		}
+		r.Reservations[replica] = Reservation{Units: min(it.Hold, MaxExact), Expires: until}
+	case mine > 0:
 		r.Reservations[replica] = Reservation{Units: mine, Expires: expires}
-	} else {
+	default:
 		delete(r.Reservations, replica)
 	}
 	out := make([]WindowState, len(r.Windows))

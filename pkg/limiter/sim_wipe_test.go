@@ -415,3 +415,33 @@ func TestSimPauseManyKeys(t *testing.T) {
 		})
 	}
 }
+
+// TestSimStaggeredReturn: replicas back from one outage come back apart
+// (a replica's calls in flight fail at their deadline, another's
+// heartbeat came through first). Here replica-1 is back half a second
+// into a window and settles through the next boundary; replica-0, cut
+// off 1.2 s longer, settles through the window after that, deciding it
+// in degraded mode, while replica-1 already asks the store for credit.
+// The store must hold replica-0's degraded part for it (SyncItem.Hold):
+// without, that window admitted replica-0's 25 plus the credit the
+// store granted replica-1 for units replica-0 admitted too.
+func TestSimStaggeredReturn(t *testing.T) {
+	rule := perSecond(50)
+	r := keySim{rule: rule, replicas: 2, keys: 1, rate: 4 * 50,
+		duration: warmUp + 12*time.Second, measureFrom: warmUp,
+		during: func(r *keyRun) {
+			time.Sleep(warmUp + 3*time.Second)
+			r.faulty.SetDown(true)
+			time.Sleep(3500 * time.Millisecond)
+			r.faulty.Partition(r.names[0], true)
+			r.faulty.SetDown(false)
+			time.Sleep(1200 * time.Millisecond)
+			r.faulty.Partition(r.names[0], false)
+		}}.run(t)
+	bound := rule.Windows[0].Limit + 2
+	for w, n := range r.admitted {
+		if n > bound {
+			t.Errorf("window %d: %d admitted > L + N = %d: %v", w[1], n, bound, r.how[w])
+		}
+	}
+}

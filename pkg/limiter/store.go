@@ -175,6 +175,15 @@ type SyncItem struct {
 	// SyncResult.Shrink). The store counts no more of the share as held
 	// from then on, and never more again in the epoch. Zero: not shrunk.
 	Shrink int
+	// Hold, until HoldUntil (store clock, µs), is what the replica may
+	// still admit of every window on its own authority, telling the store
+	// only afterwards: a key settling after an outage, decided in degraded
+	// mode while other replicas already ask for credit (health.go). The
+	// store records it as the replica's reservation (if it exceeds the
+	// credit granted) however full the windows are, and grants no credit
+	// for it: the other replicas' credit leaves it room. Zero: none.
+	Hold      uint64
+	HoldUntil int64
 }
 
 // SyncResult is a store's answer for one SyncItem.

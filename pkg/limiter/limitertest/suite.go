@@ -61,6 +61,7 @@ var suiteCases = []struct {
 	{"LateHitsSliding", testLateHitsSliding},
 	{"KeptCredit", testKeptCredit},
 	{"ReservationExpiry", testReservationExpiry},
+	{"Hold", testHold},
 	{"Release", testRelease},
 	{"LastMile", testLastMile},
 	{"SlidingDryUnit", testSlidingDryUnit},

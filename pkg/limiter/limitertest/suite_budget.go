@@ -180,3 +180,35 @@ func testDistinctKeys(t *testing.T, st limiter.Store) {
 		expect(t, fmt.Sprintf("slot others on %q", k), s.Others, 0)
 	}
 }
+
+// testHold: a replica's hold (SyncItem.Hold) is its reservation until
+// HoldUntil, however full the window: the others' credit leaves it room,
+// the holder is granted no credit for it, and it lapses at its end.
+func testHold(t *testing.T, st limiter.Store) {
+	ws := fixed(10, time.Hour)
+	probe := sync1(t, st, "c", item("k", ws, 0))
+	hit := limiter.Hit{At: probe.Now, N: 8}
+	held := item("k", ws, 0)
+	held.Hits, held.Hold, held.HoldUntil = []limiter.Hit{hit}, 5, probe.Now+200_000
+	a := sync1(t, st, "a", held)
+	expect(t, "the holder's credit", a.Credit, 0)
+	expect(t, "the window, hits past the room left", a.Windows[0].Cur, 8)
+	b := sync1(t, st, "b", item("k", ws, 10))
+	expect(t, "b's credit beside the hold", b.Credit, 0)
+	expect(t, "b's others: the hold", b.Others, 5)
+
+	// The hold past the credit granted: the credit is the holder's, the
+	// reservation the larger of the two.
+	c := item("h", ws, 3)
+	c.Hold, c.HoldUntil = 4, probe.Now+200_000
+	expect(t, "credit beside a hold", sync1(t, st, "a", c).Credit, 3)
+	expect(t, "others beside a's hold of 4", sync1(t, st, "b", item("h", ws, 0)).Others, 4)
+	c.Unused, c.Want, c.Hold = 3, 6, 4
+	expect(t, "credit past a hold", sync1(t, st, "a", c).Credit, 9)
+	expect(t, "others: a's credit of 9", sync1(t, st, "b", item("h", ws, 0)).Others, 9)
+
+	sleepPast(probe.Now, probe.Now+200_000)
+	b = sync1(t, st, "b", item("k", ws, 10))
+	expect(t, "b's others after the hold", b.Others, 0)
+	expect(t, "b's credit after the hold", b.Credit, 2)
+}

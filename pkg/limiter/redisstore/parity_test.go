@@ -119,6 +119,10 @@ func TestParity(t *testing.T) {
 	if (sum.probes == 0 || sum.probed == 0 || sum.probed == sum.probes) && !failed.Load() {
 		t.Error("no probe charged, or none found no room: SyncItem.Probe and SyncResult.Probed went untested")
 	}
+	t.Logf("holds: %d items holding past their credit", sum.holds)
+	if sum.holds == 0 && !failed.Load() {
+		t.Error("no hold outlasted its reply: SyncItem.Hold went untested")
+	}
 	if (loads.n.Load() == 0 || loads.fn.Load() < 3) && !failed.Load() {
 		t.Errorf("scripts loaded %d times, the rate function %d: want both reloaded after SCRIPT FLUSH and FUNCTION FLUSH", loads.n.Load(), loads.fn.Load())
 	}
@@ -444,6 +448,9 @@ func (p *parity) count(it *limiter.SyncItem, r limiter.SyncResult) {
 	if it.Probe > 0 {
 		p.tally.probes++
 	}
+	if it.Hold > r.Credit && it.HoldUntil > r.Now {
+		p.tally.holds++
+	}
 	if r.Probed > 0 {
 		p.tally.probed++
 	}
@@ -480,6 +487,7 @@ type tally struct {
 	shrinking, shrinkable                                                 int64 // items shrinking a share, replies asking sharers to shrink
 	slidingShrink                                                         int64 // sliding-window replies asking sharers to shrink
 	probes, probed                                                        int64 // items probing, replies charging some of a probe
+	holds                                                                 int64 // items whose hold outlasts the reply and exceeds its credit
 }
 
 func (t *tally) add(o tally) {
@@ -515,6 +523,7 @@ func (t *tally) add(o tally) {
 	t.shrinkable += o.shrinkable
 	t.probes += o.probes
 	t.probed += o.probed
+	t.holds += o.holds
 }
 
 // item draws one key's sync: hits (late, future, on boundaries, refunds,
@@ -537,6 +546,10 @@ func (p *parity) item(key string) limiter.SyncItem {
 	}
 	if p.rng.IntN(8) == 0 {
 		it.Denied = 1 + p.rng.Uint64N(3)
+	}
+	if p.rng.IntN(6) == 0 { // a hold: lapsed, ending now or soon, or past the lease
+		it.Hold = p.units(r)
+		it.HoldUntil = p.lastNow + []int64{-1000, 0, 500, 50_000, 120_000_000}[p.rng.IntN(5)]
 	}
 	if p.rng.IntN(4) == 0 { // a probe: a few units, as many as the window holds, or an odd number
 		it.Probe = []uint64{1 + p.rng.Uint64N(3), p.units(r), math.MaxUint64}[p.rng.IntN(3)]

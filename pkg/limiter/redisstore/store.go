@@ -272,7 +272,8 @@ func (ra *rateArgs) appendKeyArgs(it *limiter.SyncItem) {
 	} else {
 		args = append(args, stateArg(it.ShareFloor))
 	}
-	args = append(args, clampU(it.Lent), bit(it.Borrow), max(it.Shrink, 0), clampU(it.Probe), bit(it.ReleaseAhead), bit(it.ReleasePrev))
+	args = append(args, clampU(it.Lent), bit(it.Borrow), max(it.Shrink, 0), clampU(it.Probe), bit(it.ReleaseAhead), bit(it.ReleasePrev),
+		clampU(it.Hold), clampI(it.HoldUntil))
 	ra.args = args
 }
 

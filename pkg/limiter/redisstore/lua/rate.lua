@@ -49,7 +49,8 @@
 --          0: none), borrow (1 or 0), shrink (SyncItem.Shrink, 0: none),
 --          the probe (SyncItem.Probe, 0: none), the release ahead
 --          (SyncItem.ReleaseAhead, 1 or 0), the release of the epoch
---          before (SyncItem.ReleasePrev, 1 or 0).
+--          before (SyncItem.ReleasePrev, 1 or 0), the hold
+--          (SyncItem.Hold, 0: none) and its end (µs).
 -- Reply    per key: now, credit, others' reservations, others' shares
 --          held (Others is their sum, saturated in Go), pressed (1 or 0),
 --          expires(µs), contended (1, 2 to shrink, or 0), the record's
@@ -583,7 +584,8 @@ local function sync(key, a)
   local sfloor = window_state(args[floors + nf])
   local lent, borrow, shrink = num(floors + nf + 1), num(floors + nf + 2), num(floors + nf + 3)
   local probe, ahead, rprev = num(floors + nf + 4), num(floors + nf + 5), num(floors + nf + 6)
-  a = floors + nf + 7
+  local hold, huntil = num(floors + nf + 7), num(floors + nf + 8)
+  a = floors + nf + 9
 
   local rec = load(key, nw)
   local st = rec.st
@@ -691,7 +693,13 @@ local function sync(key, a)
       expires = min(expires, returns)
     end
   end
-  if credit == 0 and rec.owned then
+  -- a replica that holds more on its own (SyncItem.Hold) reserves that
+  local res, rexp = credit, expires
+  if hold > credit and huntil > now then
+    res, rexp = hold, huntil
+    if credit > 0 then rexp = max(rexp, expires) end
+  end
+  if res == 0 and rec.owned then
     del(rec, mine)
   end
   local oheld = held - ownheld
@@ -701,7 +709,7 @@ local function sync(key, a)
   if contended and alg == FIXED then rec.pressed = max(rec.pressed, (ws[1].e + 1) * ws[1].p) end
   local c = 0
   if contended then c = shrinkable and 2 or 1 end
-  return save(key, rec, ws, credit, expires, oheld, c, loan, probed), a
+  return save(key, rec, ws, credit, expires, oheld, c, loan, probed, res, rexp), a
 end
 
 -- main syncs the keys of one call, replica argv[1], at one Redis TIME.

@@ -380,8 +380,9 @@ local function load(key, nw)
 end
 
 -- save writes the record: the windows st, this replica's reservation of
--- credit until expires, when the key stops counting as pressed, the share
--- records charged, and the record's expiry (KeyRecord.ExpiresAt, at least
+-- res units until rexp (the credit granted, or a hold), when the key
+-- stops counting as pressed, the share records charged, and the record's
+-- expiry (KeyRecord.ExpiresAt, at least
 -- now + 1 as in memstore), all in one HSET after one HDEL of the fields
 -- dropped. The windows and the expiry are left out when they read as
 -- stored, and the key's TTL, set from the expiry, then stays too. It
@@ -389,13 +390,13 @@ end
 -- pressed, expires, contended, the generation, the share lent and the
 -- window states.
 -- The generation and the base are written when they changed.
-local function save(key, rec, ws, credit, expires, oheld, contended, lent, probed)
+local function save(key, rec, ws, credit, expires, oheld, contended, lent, probed, res, rexp)
   local st, nw = rec.st, #ws
   local s = st[1]
   local out = {now, credit, rec.others, oheld, rec.pressed > now and 1 or 0, expires, contended, rec.gen,
     lent, probed, s.epoch, s.cur, s.prev, s.tat}
   local x = rec.last
-  if credit > 0 then x = max(x, expires) end
+  if res > 0 then x = max(x, rexp) end
   x = max(x, fresh_at(s, ws[1]))
   for i = 2, nw do
     s = st[i]
@@ -428,8 +429,8 @@ local function save(key, rec, ws, credit, expires, oheld, contended, lent, probe
   if x ~= rec.x then
     fields[n + 1], fields[n + 2], n = 'x', fmt(x), n + 2
   end
-  if credit > 0 then
-    fields[n + 1], fields[n + 2], n = mine, format('%d %d', credit, expires), n + 2
+  if res > 0 then
+    fields[n + 1], fields[n + 2], n = mine, format('%d %d', res, rexp), n + 2
   end
   for f, r in pairs(rec.shares) do
     if r.dirty then
