@@ -157,6 +157,10 @@ func (e *engine) contendAll(cs []Contended) {
 	snow := e.storeNow(e.now())
 	shrink := false
 	for _, c := range cs {
+		if c.Full {
+			e.fullRead(c, snow)
+			continue
+		}
 		if len(c.Windows) == 1 && shareableWindow(c.Algorithm, c.Windows[0]) && c.Windows[0].Period >= time.Microsecond {
 			at := snow
 			if c.At > 0 {

@@ -361,6 +361,32 @@ func (cs *creditState) deniedIfFull(e *engine, now int64) {
 	}
 }
 
+// fullRead has a key this replica holds deny locally once another
+// replica's round filled its epoch with hits (Contended.Full), as its own
+// round would have had it (deniedIfFull): in workload B each replica
+// learnt that a window was full in a round of its own, a tenth of the
+// key syncs. A full window frees units only by a refund; a key with one
+// not pushed yet is left to its round. snow is the store's instant as
+// this replica reckons it; a publication of another epoch than that one
+// is ignored.
+func (e *engine) fullRead(c Contended, snow int64) {
+	ent := e.keys.getString(c.Key)
+	if ent == nil || c.Algorithm != FixedWindow || len(c.Windows) != 1 {
+		return
+	}
+	cs := ent.cs.Load()
+	if cs == nil || cs.rule.Algorithm != FixedWindow || len(cs.ws) != 1 || cs.refunds.Load() != 0 {
+		return
+	}
+	p := int64(cs.ws[0].Period)
+	if p <= 0 || c.At/p != snow/p {
+		return
+	}
+	now := e.now()
+	wait := time.Duration((snow/p+1)*p-snow) * time.Microsecond
+	cs.deniedTo.Store(max(cs.deniedTo.Load(), now+int64(cs.deniedFor(e, wait))))
+}
+
 // deniedFor is how long a key whose window has no room for another wait
 // denies locally: a sync interval; for a key with static shares, whose
 // window is then full of hits (the shares the other replicas hold do not

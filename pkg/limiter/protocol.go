@@ -107,6 +107,7 @@ func (r *KeyRecord) Sync(replica string, it *SyncItem, now int64) SyncResult {
 			others = min(satAdd(others, res.Units), MaxExact) // as a store in doubles sums them
 		}
 	}
+	before := r.fixedCount(it, ws, now)
 	r.lift(it, ws, now)
 	var held heldShares
 	if it.bucket() {
@@ -188,8 +189,18 @@ func (r *KeyRecord) Sync(replica string, it *SyncItem, now int64) SyncResult {
 		p := int64(ws[0].Period)
 		r.Pressed = max(r.Pressed, (now/p+1)*p)
 	}
+	filled := before < ws[0].Limit && r.fixedCount(it, ws, now) >= ws[0].Limit
 	return SyncResult{Credit: mine, Others: satAdd(others, othersHeld), Held: othersHeld, Windows: out, Now: now, Probed: probed, Pressed: r.Pressed > now,
-		Expires: expires, Contended: c, Gen: r.Gen, Lent: lent, Shrink: c && held.shrinkable}
+		Expires: expires, Contended: c, Gen: r.Gen, Lent: lent, Shrink: c && held.shrinkable, Filled: filled}
+}
+
+// fixedCount is the hits the record counts in the epoch of now of a rule
+// of one fixed window (SyncResult.Filled); 0 for any other rule.
+func (r *KeyRecord) fixedCount(it *SyncItem, ws []Window, now int64) uint64 {
+	if it.Algorithm != FixedWindow || len(ws) != 1 || len(r.Windows) != 1 || ws[0].Period <= 0 || r.Windows[0].Epoch != now/int64(ws[0].Period) {
+		return 0
+	}
+	return r.Windows[0].Cur
 }
 
 // contended reports whether the caller's waiters need units other

@@ -445,3 +445,69 @@ func TestSimStaggeredReturn(t *testing.T) {
 		}
 	}
 }
+
+// countingStore counts the key syncs each replica sends.
+type countingStore struct {
+	*memstore.Store
+	mu    sync.Mutex
+	items map[string]int
+}
+
+func (c *countingStore) Sync(ctx context.Context, r string, it []limiter.SyncItem, out []limiter.SyncResult) error {
+	c.mu.Lock()
+	c.items[r] += len(it)
+	c.mu.Unlock()
+	return c.Store.Sync(ctx, r, it, out)
+}
+
+func (c *countingStore) syncs(r string) int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.items[r]
+}
+
+// TestSimFullPublished: three replicas spend their shares of a minute of
+// 9; replica-0's next request has the others release theirs, pushing
+// their share hits, and the release that pushes the last of them fills
+// the window: the store publishes it as full (Contended.Full). The
+// replica whose release came first saw room left in its round; it then
+// denies the key's next request at once, with no round of its own. In
+// workload B each replica asked the store to learn that a window was
+// full, a tenth of its key syncs.
+func TestSimFullPublished(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		st := &countingStore{Store: memstore.New(nil), items: map[string]int{}}
+		names := []string{"a", "b", "c"}
+		ls := runReplicas(t, st, names...)
+		time.Sleep(time.Until(time.Now().Truncate(time.Minute).Add(time.Minute)))
+		rule := perMinute(9)
+		key := []byte("k|" + rule.Fingerprint())
+		decide := func(l *limiter.Limiter) limiter.Result {
+			out := make([]limiter.Result, 1)
+			l.Decide([]limiter.Request{{Key: key, Rule: rule, Hits: 1}}, out)
+			return out[0]
+		}
+		for i := range 3 {
+			for j, l := range ls {
+				if !decide(l).Allowed {
+					t.Fatalf("%s's request %d of its share denied", names[j], i)
+				}
+			}
+		}
+		if decide(ls[0]).Allowed {
+			t.Fatal("the tenth request admitted")
+		}
+		time.Sleep(100 * time.Millisecond) // the releases' rounds, the feed's readers
+		for i, l := range ls[1:] {
+			name := names[i+1]
+			before := st.syncs(name)
+			if res := decide(l); res.Allowed || res.Mode != limiter.ModeLocal {
+				t.Errorf("%s's tenth request: allowed %v, mode %v; want denied locally", name, res.Allowed, res.Mode)
+			}
+			time.Sleep(100 * time.Millisecond)
+			if n := st.syncs(name) - before; n > 0 {
+				t.Errorf("%s synced the key %d times for its tenth request, want none", name, n)
+			}
+		}
+	})
+}

@@ -233,6 +233,13 @@ type SyncResult struct {
 	// (SyncItem.Shrink) frees a share for each replica that joined,
 	// where a release would leave the sharers none.
 	Shrink bool
+	// Filled reports that the item filled the current epoch of a rule of
+	// one fixed window with hits: its count was below the limit before
+	// and is at it or past it after. Nothing is admitted in the epoch any
+	// more (the credit and shares the store counts are spent and pushed)
+	// but after a refund: the store publishes the key (Contended.Full),
+	// so the other replicas deny it at once instead of each asking.
+	Filled bool
 }
 
 // FeedWaiter is a Store that can wait for the contention feed: it
@@ -246,7 +253,7 @@ type FeedWaiter interface {
 }
 
 // Contended is a key published because one replica needs budget other
-// replicas hold as static shares.
+// replicas hold as static shares, or because its epoch is full (Full).
 type Contended struct {
 	Key       string
 	Algorithm Algorithm
@@ -263,6 +270,10 @@ type Contended struct {
 	// SyncItem.Replicas, or their own if more) rather than release them
 	// (SyncResult.Shrink). Zero: release them.
 	Shrink int
+	// Full says the key's epoch that contains At is full of hits
+	// (SyncResult.Filled), not that anyone needs budget: the readers that
+	// hold the key deny it until the epoch ends, and release nothing.
+	Full bool
 }
 
 // SlotItem is one concurrency key's part of a sync round.

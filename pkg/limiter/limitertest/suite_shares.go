@@ -364,7 +364,7 @@ func testContention(t *testing.T, st limiter.Store) {
 		for i := 0; ok && i < len(got); i++ {
 			g, w := got[i], want[i]
 			ok = g.Key == w.Key && g.Algorithm == w.Algorithm && g.Replica == w.Replica && slices.Equal(g.Windows, w.Windows) &&
-				(g.At == w.At || w.At == 0 && g.At > 0)
+				(g.At == w.At || w.At == 0 && g.At > 0) && g.Full == w.Full
 		}
 		if !ok {
 			t.Fatalf("%s: %+v, want %+v", what, got, want)
@@ -406,6 +406,22 @@ func testContention(t *testing.T, st limiter.Store) {
 		limiter.Contended{Key: "k", Windows: k.Windows, Replica: "c"})
 	got, _ = read("d", "")
 	same("d's first read, from now on", got)
+
+	// The item that fills a fixed window publishes it as full, once.
+	_, bc = read("b", "")
+	ws := fixed(10, time.Hour)
+	now := sync1(t, st, "c", item("f", ws, 0)).Now
+	nine, one := item("f", ws, 0), item("f", ws, 0)
+	nine.Hits, one.Hits = []limiter.Hit{{At: now, N: 9}}, []limiter.Hit{{At: now, N: 1}}
+	expect(t, "9 of 10: not filled", sync1(t, st, "a", nine).Filled, false)
+	fa := sync1(t, st, "a", one)
+	expect(t, "10 of 10: filled", fa.Filled, true)
+	expect(t, "11 of 10: filled before", sync1(t, st, "c", one).Filled, false)
+	slide := item("g", ws, 0)
+	slide.Algorithm, slide.Hits = limiter.SlidingWindow, []limiter.Hit{{At: now, N: 10}}
+	expect(t, "a sliding window: never filled", sync1(t, st, "a", slide).Filled, false)
+	got, _ = read("b", bc)
+	same("b reads f full", got, limiter.Contended{Key: "f", Windows: ws, Replica: "a", At: fa.Now, Full: true})
 }
 
 // testWaitContention: a store that can wait on the feed (FeedWaiter)

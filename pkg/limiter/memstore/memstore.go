@@ -93,6 +93,9 @@ func (s *Store) Sync(ctx context.Context, replica string, items []limiter.SyncIt
 			s.publish(limiter.Contended{Key: it.Key, Algorithm: it.Algorithm, Windows: it.Windows, Replica: replica, At: out[i].Now,
 				Shrink: shrinkTo(it, out[i])})
 		}
+		if out[i].Filled {
+			s.publish(limiter.Contended{Key: it.Key, Algorithm: it.Algorithm, Windows: it.Windows, Replica: replica, At: out[i].Now, Full: true})
+		}
 	}
 	return nil
 }

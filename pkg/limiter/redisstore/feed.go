@@ -34,25 +34,35 @@ const (
 	feedTTL = time.Hour
 )
 
-// publish adds the items whose result is contended to the feed, in one
-// pipeline. It is best effort: the round's syncs are applied whatever
+// publish adds the items whose result is contended or filled to the
+// feed, in one pipeline. It is best effort: the round's syncs are applied whatever
 // becomes of it, and a replica still short of budget is contended again
 // at its next sync, which publishes the key again.
 func (s *Store) publish(ctx context.Context, replica string, items []limiter.SyncItem, out []limiter.SyncResult) {
 	var pipe redis.Pipeliner
 	key := s.keys.feed()
 	for i := range items {
-		if !out[i].Contended {
+		if !out[i].Contended && !out[i].Filled {
 			continue
 		}
 		if pipe == nil {
 			pipe = s.c.Pipeline()
 		}
 		it := &items[i]
-		pipe.XAdd(ctx, &redis.XAddArgs{Stream: key, MaxLen: feedLen, Approx: true, Values: []any{
-			"key", it.Key, "algorithm", int(it.Algorithm), "windows", encodeWindows(it.Windows), "replica", replica,
-			"at", out[i].Now, "shrink", shrinkArg(it, out[i]),
-		}})
+		if out[i].Contended {
+			pipe.XAdd(ctx, &redis.XAddArgs{Stream: key, MaxLen: feedLen, Approx: true, Values: []any{
+				"key", it.Key, "algorithm", int(it.Algorithm), "windows", encodeWindows(it.Windows), "replica", replica,
+				"at", out[i].Now, "shrink", shrinkArg(it, out[i]),
+			}})
+		}
+		if out[i].Filled {
+			// The windows under "full", not "windows": a replica of a
+			// version that knows no full entries skips the entry rather
+			// than release its share for it.
+			pipe.XAdd(ctx, &redis.XAddArgs{Stream: key, MaxLen: feedLen, Approx: true, Values: []any{
+				"key", it.Key, "algorithm", int(it.Algorithm), "full", encodeWindows(it.Windows), "replica", replica, "at", out[i].Now,
+			}})
+		}
 	}
 	if pipe == nil {
 		return
@@ -170,6 +180,9 @@ func decodeContended(v map[string]any) (limiter.Contended, error) {
 		return c, fmt.Errorf("algorithm %q", alg)
 	}
 	enc, err := str("windows")
+	if full, ok := v["full"].(string); ok && err != nil {
+		enc, err, c.Full = full, nil, true
+	}
 	if err != nil {
 		return c, err
 	}
@@ -194,7 +207,7 @@ func decodeContended(v map[string]any) (limiter.Contended, error) {
 		}
 	}
 	return limiter.Contended{Key: key, Algorithm: limiter.Algorithm(a), Windows: ws, Replica: replica, At: at,
-		Shrink: shrink}, nil
+		Shrink: shrink, Full: c.Full}, nil
 }
 
 // shrinkArg is the feed entry's shrink: the caller's live count if the

@@ -119,9 +119,9 @@ func TestParity(t *testing.T) {
 	if (sum.probes == 0 || sum.probed == 0 || sum.probed == sum.probes) && !failed.Load() {
 		t.Error("no probe charged, or none found no room: SyncItem.Probe and SyncResult.Probed went untested")
 	}
-	t.Logf("holds: %d items holding past their credit", sum.holds)
-	if sum.holds == 0 && !failed.Load() {
-		t.Error("no hold outlasted its reply: SyncItem.Hold went untested")
+	t.Logf("holds: %d items holding past their credit; %d replies filling a fixed window", sum.holds, sum.filled)
+	if (sum.holds == 0 || sum.filled == 0) && !failed.Load() {
+		t.Error("no hold outlasted its reply, or no item filled a window: SyncItem.Hold or SyncResult.Filled went untested")
 	}
 	if (loads.n.Load() == 0 || loads.fn.Load() < 3) && !failed.Load() {
 		t.Errorf("scripts loaded %d times, the rate function %d: want both reloaded after SCRIPT FLUSH and FUNCTION FLUSH", loads.n.Load(), loads.fn.Load())
@@ -451,6 +451,9 @@ func (p *parity) count(it *limiter.SyncItem, r limiter.SyncResult) {
 	if it.Hold > r.Credit && it.HoldUntil > r.Now {
 		p.tally.holds++
 	}
+	if r.Filled {
+		p.tally.filled++
+	}
 	if r.Probed > 0 {
 		p.tally.probed++
 	}
@@ -488,6 +491,7 @@ type tally struct {
 	slidingShrink                                                         int64 // sliding-window replies asking sharers to shrink
 	probes, probed                                                        int64 // items probing, replies charging some of a probe
 	holds                                                                 int64 // items whose hold outlasts the reply and exceeds its credit
+	filled                                                                int64 // replies saying the item filled a fixed window
 }
 
 func (t *tally) add(o tally) {
@@ -524,6 +528,7 @@ func (t *tally) add(o tally) {
 	t.probes += o.probes
 	t.probed += o.probed
 	t.holds += o.holds
+	t.filled += o.filled
 }
 
 // item draws one key's sync: hits (late, future, on boundaries, refunds,

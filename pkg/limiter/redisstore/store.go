@@ -318,7 +318,7 @@ func decodeSyncs(c *redis.Cmd, items []limiter.SyncItem, out []limiter.SyncResul
 
 // decodeSync reads one key's reply: now, credit, the others'
 // reservations and static shares held, pressed, expires, contended (1,
-// or 2 to shrink), the record's generation, the share lent, the probe's
+// or 2 to shrink; plus 4 filled), the record's generation, the share lent, the probe's
 // units charged, then epoch, cur, prev and TAT per window.
 func decodeSync(reply any, windows int, out *limiter.SyncResult) error {
 	const head = 10
@@ -338,7 +338,8 @@ func decodeSync(reply any, windows int, out *limiter.SyncResult) error {
 		ws[i] = limiter.WindowState{Epoch: w[0], Cur: uint64(w[1]), Prev: uint64(w[2]), TAT: w[3]}
 	}
 	*out = limiter.SyncResult{Credit: uint64(v[1]), Others: satAdd(uint64(v[2]), uint64(v[3])), Held: uint64(v[3]), Windows: ws, Now: v[0],
-		Pressed: v[4] == 1, Expires: v[5], Contended: v[6] != 0, Gen: v[7], Lent: uint64(v[8]), Probed: uint64(v[9]), Shrink: v[6] == 2}
+		Pressed: v[4] == 1, Expires: v[5], Contended: v[6]&3 != 0, Gen: v[7], Lent: uint64(v[8]), Probed: uint64(v[9]), Shrink: v[6]&3 == 2,
+		Filled: v[6]&4 != 0}
 	return nil
 }
 

@@ -53,7 +53,8 @@
 --          (SyncItem.Hold, 0: none) and its end (µs).
 -- Reply    per key: now, credit, others' reservations, others' shares
 --          held (Others is their sum, saturated in Go), pressed (1 or 0),
---          expires(µs), contended (1, 2 to shrink, or 0), the record's
+--          expires(µs), contended (1, 2 to shrink, or 0; plus 4 when
+--          the item filled a fixed window, SyncResult.Filled), the record's
 --          generation (µs), the share lent (0: none), the probe's units
 --          charged (SyncResult.Probed), then per window: epoch cur prev
 --          tat.
@@ -558,6 +559,13 @@ local function rule_at(a)
   return ra, ws, share, nrep, lease, se, {sharers, nnext, nprev}, gone, a
 end
 
+-- fixed_count is the hits st counts in the epoch of now of a rule of one
+-- fixed window; 0 for any other rule (KeyRecord.fixedCount).
+local function fixed_count(st, ws)
+  if alg ~= FIXED or #ws ~= 1 or ws[1].p <= 0 or st[1].epoch ~= ws[1].e then return 0 end
+  return st[1].cur
+end
+
 -- sync applies the item whose arguments start at args[a] to key and
 -- returns its reply and where the next item's arguments start.
 local function sync(key, a)
@@ -594,6 +602,7 @@ local function sync(key, a)
   -- charge the hits and the share hits, each to the window it was
   -- admitted in; the share hits to this replica's share record too,
   -- raised to its share floor first.
+  local before = fixed_count(st, ws)
   lift(rec, ws, floors, nf, fgen)
   -- a token bucket with shares is charged in the order its units were
   -- spent in (KeyRecord.chargeBucket): the hits of the epochs before the
@@ -709,6 +718,7 @@ local function sync(key, a)
   if contended and alg == FIXED then rec.pressed = max(rec.pressed, (ws[1].e + 1) * ws[1].p) end
   local c = 0
   if contended then c = shrinkable and 2 or 1 end
+  if before < ws[1].limit and fixed_count(st, ws) >= ws[1].limit then c = c + 4 end -- filled
   return save(key, rec, ws, credit, expires, oheld, c, loan, probed, res, rexp), a
 end
 
