@@ -366,7 +366,8 @@ func (cs *creditState) deniedIfFull(e *engine, now int64) {
 // round would have had it (deniedIfFull): in workload B each replica
 // learnt that a window was full in a round of its own, a tenth of the
 // key syncs. A full window frees units only by a refund; a key with one
-// not pushed yet is left to its round. snow is the store's instant as
+// not pushed yet, or with credit (a local refund returns units to it),
+// is left to its round. snow is the store's instant as
 // this replica reckons it; a publication of another epoch than that one
 // is ignored.
 func (e *engine) fullRead(c Contended, snow int64) {
@@ -375,7 +376,7 @@ func (e *engine) fullRead(c Contended, snow int64) {
 		return
 	}
 	cs := ent.cs.Load()
-	if cs == nil || cs.rule.Algorithm != FixedWindow || len(cs.ws) != 1 || cs.refunds.Load() != 0 {
+	if cs == nil || cs.rule.Algorithm != FixedWindow || len(cs.ws) != 1 || cs.refunds.Load() != 0 || cs.credit.Load() > 0 {
 		return
 	}
 	p := int64(cs.ws[0].Period)

@@ -93,7 +93,9 @@ func itemKind(it *limiter.SyncItem, r *limiter.SyncResult) string {
 // (a30ead7; 0.39 from the start), as real B measures (0.53–0.57 and
 // 0.27–0.28 HGETALLs per decision); 0.24 since a share of 2 asks for
 // credit ahead once spent, not at its first unit (aheadAt), which pushed
-// half of it and had the others' shares released for the next waiter.
+// half of it and had the others' shares released for the next waiter;
+// 0.21 since a round that fills a window publishes it full (fullRead),
+// where each replica asked the store to learn it.
 // Logged by class: most of them the waits of keys over their limit,
 // each replica's round that finds a window full, and the releases that
 // keys under their limit need once one replica's requests outgrow its
