@@ -49,11 +49,21 @@ func (cs *creditState) starvedInNewWindow(snow, n int64) bool {
 	// start: one the old epoch nearly filled has room for a unit or two,
 	// which every starved replica's round would race for at the boundary
 	// (one round a replica an epoch, for every key at its limit, most of
-	// them granted nothing). It syncs now only if the view leaves a unit
-	// for each of the n replicas; else its next request asks.
+	// them granted nothing). It syncs now only if the view leaves
+	// starvedRoom units for each of the n replicas; else its next request
+	// asks.
 	return cs.rule.Algorithm != SlidingWindow ||
-		v.windows[i].Remaining(cs.ws[i], SlidingWindow, snow) >= satAdd(v.others, uint64(max(n, 1)))
+		v.windows[i].Remaining(cs.ws[i], SlidingWindow, snow) >= satAdd(v.others, starvedRoom*uint64(max(n, 1)))
 }
+
+// starvedRoom is the units a sliding window's view must leave for each
+// replica at an epoch's start for a starved key to sync then. The view
+// is up to a sync interval old and does not count what the others spent
+// since: with one unit a replica, the rounds of workload B's keys near
+// their limit most often got nothing (with 4, the simulation of workload
+// B of a sliding window at 10 000 requests a second took 5 % fewer key
+// syncs, at 3 000 10 %, its waits 2 % more).
+const starvedRoom = 4
 
 // holdsStill reports a key that has nothing to push, no waiter and one
 // unit of credit, at most, within a quiet interval of its last sync: its
