@@ -164,13 +164,15 @@ func (c *feedCounter) Sync(ctx context.Context, r string, it []limiter.SyncItem,
 
 // skewedWaits fails t for a skewed simulation of a sliding window or a
 // token bucket whose longest decision took over 60 ms, or that took
-// more than 1.1 key syncs a request. Their waiters, which count on the
+// more than 1.03 key syncs a request. Their waiters, which count on the
 // others' credit coming back on contention, polled the store every few
 // milliseconds until the holder's next sync or the end of their wait:
 // the longest decision took 190 ms, and 1.38 (a sliding window) and
 // 1.28 (a token bucket) key syncs a request; 30 ms, 1.02 and 0.92 since
 // the holders hand it back (yieldable). Denying those waiters at once
-// took 0.96 and 0.84, but denied 5 requests a run that fit.
+// took 0.96 and 0.84, but denied 5 requests a run that fit. 0.91 and
+// 0.95 since a starved sliding window syncs at an epoch's start only with
+// room for each replica's round (starvedRoom).
 func skewedWaits(t *testing.T, r *keyRun, st *feedCounter) {
 	t.Helper()
 	per := float64(st.items.Load()) / float64(r.requests)
@@ -178,8 +180,8 @@ func skewedWaits(t *testing.T, r *keyRun, st *feedCounter) {
 	if r.longest > 60*time.Millisecond {
 		t.Errorf("the longest decision took %v, want at most 60 ms", r.longest)
 	}
-	if per > 1.1 {
-		t.Errorf("%.2f key syncs a request, want at most 1.1", per)
+	if per > 1.03 {
+		t.Errorf("%.2f key syncs a request, want at most 1.03", per)
 	}
 }
 
