@@ -367,9 +367,8 @@ func (cs *creditState) deniedIfFull(e *engine, now int64) {
 // learnt that a window was full in a round of its own, a tenth of the
 // key syncs. A full window frees units only by a refund; a key with one
 // not pushed yet, or with credit (a local refund returns units to it),
-// is left to its round. snow is the store's instant as
-// this replica reckons it; a publication of another epoch than that one
-// is ignored.
+// is left to its round. snow is the store's instant as this replica
+// reckons it; a publication of another epoch than that one is ignored.
 func (e *engine) fullRead(c Contended, snow int64) {
 	ent := e.keys.getString(c.Key)
 	if ent == nil || c.Algorithm != FixedWindow || len(c.Windows) != 1 {

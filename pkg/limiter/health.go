@@ -103,13 +103,15 @@ func (e *engine) settleEndAt(rule *Rule, back int64) int64 {
 // admit in degraded mode until it stops settling, for the store to hold
 // as its reservation (SyncItem.Hold); a round sent while degraded may be
 // the one the store answers, and holds it too. Replicas back from one
-// outage come back up to a store timeout or more apart, and one that came back just
-// before a window's boundary stops settling at it while one back just
-// after it settles through the next window: without the hold the first
-// is granted credit for units the second admits on its own, and the
-// window admits past L + N. The hold is the smallest window's degraded
-// part, whole: the key's hits pushed in the window count twice, which
-// is conservative. cs.mu must be held.
+// outage come back up to a store timeout or more apart, and one back
+// just before a window's boundary stops settling at it while one back
+// just after it settles through the next window: without the hold the
+// first is granted credit for units the second admits on its own, and
+// the window admits past L + N. The hold is the smallest window's
+// degraded part, whole: the key's hits pushed in the window count twice,
+// which is conservative. (A rule of several windows, or a token bucket,
+// may admit more than that over a settle of several of its shortest
+// windows; the bound is exact for one window.) cs.mu must be held.
 func (cs *creditState) settleHold(e *engine, it *SyncItem, now int64) {
 	end := e.settleEnd(cs.rule, now)
 	if e.degraded(cs.rule, now) {
