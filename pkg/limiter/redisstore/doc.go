@@ -52,9 +52,10 @@
 // Each version of the script loads its own library; a retired one's
 // stays until FUNCTION DELETE.
 // Release is a plain HDEL. The contention feed is written after the rate
-// script, with XADD, for the items whose reply says contended (best
-// effort: the round stands if it fails), and read with XREAD from the
-// reader's cursor, an entry id.
+// script, with XADD, for the items whose reply says contended or filled
+// (best effort: the round stands if it fails; a full entry carries its
+// windows under "full", which a reader of an older version skips), and
+// read with XREAD from the reader's cursor, an entry id.
 //
 // Clock. Scripts read Redis TIME, in microseconds since the Unix epoch,
 // so replica clocks may disagree. Lua numbers are doubles: the scripts
@@ -70,7 +71,7 @@
 // per node by a cluster client): SyncSlots one EVALSHA per item, Sync one
 // per batch of up to 32 keys on a single node or Sentinel master, whose
 // keys all live on one server, and one per key on a Cluster or Ring; a
-// round with contended items takes one more, for their XADDs. The
+// round with contended or filled items takes one more, for their XADDs. The
 // store never retries: the sync loop's next tick is the retry, so
 // configure the client without retries. A round that fails may still have
 // applied some of its items; replaying one only over-counts (hits are
