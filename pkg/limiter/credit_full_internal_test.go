@@ -198,3 +198,41 @@ func TestOldHitsTakeNothingOfNewWindow(t *testing.T) {
 		}
 	})
 }
+
+// TestFullReadGuards: a full entry read from the feed (Contended.Full)
+// has a key this replica holds deny locally until its epoch ends, and
+// asks for no release; a key holding credit (a local refund may have
+// returned units to it) and an entry of another epoch leave the key to
+// its rounds.
+func TestFullReadGuards(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		l := New(WithStore(nopStore{}, "r"))
+		rule := &Rule{Algorithm: FixedWindow, Windows: []Window{{Limit: 10, Period: time.Second}}}
+		for _, tt := range []struct {
+			key    string
+			credit uint64
+			ago    int64 // µs before now the entry was published
+			denies bool
+		}{{"a", 0, 0, true}, {"b", 2, 0, false}, {"c", 0, 1_000_000, false}} {
+			now := l.now()
+			cs := l.eng.creditFor([]byte(tt.key), rule, now)
+			snow := l.eng.storeNow(now)
+			l.eng.prepare(cs, now)
+			l.eng.apply(cs, &SyncResult{Credit: tt.credit, Windows: []WindowState{{Epoch: snow / 1e6, Cur: 5}}, Now: snow})
+			cs.deniedTo.Store(0)
+			l.eng.contendAll([]Contended{{Key: tt.key, Algorithm: FixedWindow, Windows: rule.Windows, Replica: "o",
+				At: snow - tt.ago, Full: true}})
+			if got := now < cs.deniedTo.Load(); got != tt.denies {
+				t.Errorf("key %s (credit %d, published %d µs ago): denies locally %v, want %v", tt.key, tt.credit, tt.ago, got, tt.denies)
+			}
+			if until := cs.deniedTo.Load(); tt.denies && until > l.eng.localOf((snow/1e6+1)*1e6) {
+				t.Errorf("key %s denied until %d, past its epoch's end", tt.key, until)
+			}
+			l.eng.contMu.Lock()
+			if l.eng.contended[tt.key] != nil {
+				t.Errorf("key %s: a full entry noted as contended", tt.key)
+			}
+			l.eng.contMu.Unlock()
+		}
+	})
+}
