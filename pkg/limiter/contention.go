@@ -144,22 +144,8 @@ func (e *engine) followFeed(ctx context.Context, fw FeedWaiter) {
 		}
 		cursor = next
 		e.contendAll(cs)
-		if len(cs) > 0 {
-			// Publications come in bursts (a key contended, released,
-			// filled): one read for the burst, not a wake for each.
-			t := time.NewTimer(feedGather)
-			select {
-			case <-ctx.Done():
-			case <-t.C:
-			}
-			t.Stop()
-		}
 	}
 }
-
-// feedGather is how long the feed's reader waits after a read that
-// found entries before it reads again.
-const feedGather = 2 * time.Millisecond
 
 // contendAll notes the keys of cs as contended in the epoch they were
 // published in (or, for an entry that does not say, the one this replica
