@@ -21,7 +21,9 @@ func TestServerDiesWithCrashedTest(t *testing.T) {
 	}
 	lookPath(t, "redis-server")
 	cmd := exec.Command(os.Args[0], "-test.run", "^TestServerDiesWithCrashedTest$")
-	cmd.Env = append(os.Environ(), "REDISTEST_CRASH=1")
+	// The crashing binary's temporary directories, which no cleanup
+	// removes, go under this test's own.
+	cmd.Env = append(os.Environ(), "REDISTEST_CRASH=1", "TMPDIR="+t.TempDir())
 	out, _ := cmd.Output()
 	var addr string
 	sc := bufio.NewScanner(strings.NewReader(string(out)))
