@@ -35,9 +35,9 @@ const (
 )
 
 // publish adds the items whose result is contended or filled to the
-// feed, in one pipeline. It is best effort: the round's syncs are applied whatever
-// becomes of it, and a replica still short of budget is contended again
-// at its next sync, which publishes the key again.
+// feed, in one pipeline. It is best effort: the round's syncs are applied
+// whatever becomes of it, and a replica still short of budget is
+// contended again at its next sync, which publishes the key again.
 func (s *Store) publish(ctx context.Context, replica string, items []limiter.SyncItem, out []limiter.SyncResult) {
 	var pipe redis.Pipeliner
 	key := s.keys.feed()
